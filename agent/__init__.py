@@ -1,0 +1,1 @@
+"""The turn-based, tool-using agent and its context management."""

@@ -1,0 +1,158 @@
+"""Tool base and registry.
+
+A tool is a typed async function whose docstring becomes the model's description, in the manner of
+simonw/llm's ``Tool.function``. Its first parameter is a :class:`ToolContext`, which tells it which
+session it serves: tools never see another session's data.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import types
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Every tool result is cut to this many characters when it is created.
+TOOL_RESULT_CAP = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool may know about the call: whose session, and the settings in force."""
+
+    session_id: str
+    config: Any  # config.Config; typed loosely to keep tools importable on their own
+    data_dir: Path = field(default_factory=Path)
+
+
+ToolFunction = Callable[..., Awaitable[str] | str]
+
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _json_type(annotation: Any) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _json_type(args[0])
+    if origin in (list, tuple):
+        (item,) = typing.get_args(annotation)[:1] or (str,)
+        return {"type": "array", "items": _json_type(item)}
+    return {"type": _JSON_TYPES.get(annotation, "string")}
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: ToolFunction
+
+    @classmethod
+    def from_function(cls, fn: ToolFunction, name: str | None = None) -> Tool:
+        """Build a tool from a typed function ``fn(ctx, **params)``; its docstring is the description."""
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        params = list(sig.parameters.values())[1:]  # skip the ToolContext
+        doc = inspect.getdoc(fn) or ""
+        arg_docs = _arg_docs(doc)
+        for p in params:
+            schema = _json_type(hints.get(p.name, str))
+            if p.name in arg_docs:
+                schema["description"] = arg_docs[p.name]
+            props[p.name] = schema
+            if p.default is inspect.Parameter.empty:
+                required.append(p.name)
+        description = doc.split("\n\n", 1)[0].strip()
+        return cls(name=name or fn.__name__, description=description,
+                   parameters={"type": "object", "properties": props, "required": required},
+                   function=fn)
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+        """Run the tool; raise whatever it raises (the loop turns that into a result for the model)."""
+        allowed = set(self.parameters.get("properties", {}))
+        unknown = set(arguments) - allowed
+        if unknown:
+            raise ValueError(f"unknown argument(s) for {self.name}: {', '.join(sorted(unknown))}")
+        missing = [p for p in self.parameters.get("required", []) if p not in arguments]
+        if missing:
+            raise ValueError(f"missing argument(s) for {self.name}: {', '.join(missing)}")
+        result = self.function(ctx, **arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        return result if isinstance(result, str) else str(result)
+
+
+def _arg_docs(doc: str) -> dict[str, str]:
+    """Parse ``name: description`` lines under an ``Args:`` heading."""
+    out: dict[str, str] = {}
+    if "Args:" not in doc:
+        return out
+    for line in doc.split("Args:", 1)[1].splitlines():
+        line = line.strip()
+        if ":" in line:
+            name, _, desc = line.partition(":")
+            if name.isidentifier():
+                out[name] = desc.strip()
+    return out
+
+
+def tool(fn: ToolFunction | None = None, *, name: str | None = None):
+    """Decorator: turn a typed function into a :class:`Tool`."""
+    def wrap(f: ToolFunction) -> Tool:
+        return Tool.from_function(f, name=name)
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools on offer, by name. Registering a name twice replaces the earlier tool."""
+
+    def __init__(self, tools: list[Tool] | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools or []:
+            self.register(t)
+
+    def register(self, t: Tool | ToolFunction) -> Tool:
+        """Add a tool (or a typed function, which becomes one)."""
+        if not isinstance(t, Tool):
+            t = Tool.from_function(t)
+        self._tools[t.name] = t
+        return t
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if any."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Registered tool names."""
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list."""
+        return [t.schema() for t in self._tools.values()]
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def cap_result(text: str, limit: int = TOOL_RESULT_CAP) -> str:
+    """Cut a tool result to ``limit`` characters, with a notice of the original length."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n\n[Tool result truncated: showing {limit:,} of {len(text):,} characters]"

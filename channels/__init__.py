@@ -1,0 +1,1 @@
+"""Messaging channels: terminal, Telegram, WeChat, and the dispatcher between them and the agent."""

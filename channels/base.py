@@ -1,0 +1,105 @@
+"""The platform-neutral boundary: one incoming event type and one channel base class.
+
+Nothing platform-specific crosses this boundary. A channel turns platform events into
+:class:`IncomingMessage` values, hands them to the dispatcher, and sends replies through
+:meth:`BaseChannel.send`.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingMessage:
+    """One message from a platform, as the dispatcher sees it."""
+
+    channel: str
+    chat_id: str
+    user_id: str
+    text: str
+    user_name: str = ""
+    is_group: bool = False
+    group_name: str = ""
+    mentions_bot: bool = False
+    reply_to_bot: bool = False
+    message_id: str = ""
+    time: datetime = field(default_factory=_utcnow)
+    content_type: str = "text"  # "text", or what the platform sent instead ("sticker", "photo", ...)
+    is_from_bot: bool = False
+    #: channel-private routing data needed to answer later (e.g. WeChat's per-login UserName).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Serialise, so an unanswered message can be answered after a restart."""
+        data = asdict(self)
+        data["time"] = self.time.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> IncomingMessage:
+        """Rebuild a message stored with :meth:`to_json`."""
+        data = dict(data)
+        data["time"] = datetime.fromisoformat(data["time"])
+        return cls(**data)
+
+
+#: What a channel calls for every incoming message.
+MessageHandler = Callable[[IncomingMessage], Awaitable[None]]
+
+
+class BaseChannel(ABC):
+    """A messaging platform the bot talks on."""
+
+    #: the channel name used in session ids and admin entries ("terminal", "telegram", ...)
+    name: str = ""
+    #: the bot's own user name on the platform, for /cmd@botname and @mentions, once known
+    bot_username: str = ""
+
+    def __init__(self) -> None:
+        self._handler: MessageHandler | None = None
+
+    def set_handler(self, handler: MessageHandler) -> None:
+        """Set the coroutine that receives every incoming message."""
+        self._handler = handler
+
+    async def deliver(self, message: IncomingMessage) -> None:
+        """Hand one message to the dispatcher."""
+        if self._handler is None:
+            logger.warning("channel %s has no handler; message dropped", self.name)
+            return
+        await self._handler(message)
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect and start receiving messages. Returns once receiving runs in the background."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop receiving and disconnect."""
+
+    @abstractmethod
+    async def send(self, to: IncomingMessage, text: str) -> None:
+        """Send a reply to the chat that ``to`` came from."""
+
+    async def typing(self, to: IncomingMessage) -> None:  # noqa: B027 - optional hook
+        """Show that a reply is being prepared, where the platform supports it."""
+
+    async def wait_closed(self) -> None:  # noqa: B027 - optional hook
+        """Wait until the channel has nothing more to receive (the terminal's EOF)."""
+
+    @property
+    def finite(self) -> bool:
+        """True when the channel ends by itself (the terminal at EOF), so the app may exit."""
+        return False

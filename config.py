@@ -1,0 +1,284 @@
+"""The configuration: a validated pydantic model of config.json.
+
+Keys follow chatgpt-on-wechat. An unknown key or a wrong type fails with one line that names the key
+(and suggests the nearest known key). Secrets may come from the environment, which wins over the file.
+Relative paths resolve against the config file's folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agent.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://api.openai.com/v1"
+DEFAULT_PERSONA = (
+    "You are a helpful, concise assistant in a chat app. You remember the conversation, use tools "
+    "when they help, and answer in the language the user writes in."
+)
+
+#: Environment variables that override keys of the file.
+ENV_OVERRIDES = {
+    "OPENAI_API_KEY": "open_ai_api_key",
+    "OPENAI_BASE_URL": "open_ai_api_base",
+    "TELEGRAM_BOT_TOKEN": "telegram_bot_token",
+}
+#: Keys whose values are masked wherever they are shown.
+SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password"})
+#: Keys that take effect only after a restart.
+RESTART_KEYS = frozenset({
+    "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
+    "telegram_webhook_url", "telegram_webhook_listen", "telegram_webhook_port", "telegram_rate_limit",
+    "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns",
+})
+
+ChannelName = Literal["terminal", "telegram", "wechat"]
+
+
+class Config(BaseModel):
+    """Every key of config.json, with its default."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+
+    channel_type: ChannelName | list[ChannelName] = "terminal"
+    model: str = "gpt-4o-mini"
+    open_ai_api_key: str = ""
+    open_ai_api_base: str = DEFAULT_API_BASE
+    summary_model: str = ""
+    model_context_window: int = Field(0, ge=0)
+    character_desc: str = DEFAULT_PERSONA
+    agent_max_context_tokens: int = Field(50000, ge=1000)
+    agent_max_context_turns: int = Field(20, ge=1)
+    agent_max_steps: int = Field(15, ge=1)
+    single_chat_prefix: list[str] = Field(default_factory=lambda: [""])
+    single_chat_reply_prefix: str = ""
+    group_chat_prefix: list[str] = Field(default_factory=lambda: ["@bot"])
+    group_chat_keyword: list[str] = Field(default_factory=list)
+    group_at_off: bool = False
+    group_name_white_list: list[str] = Field(default_factory=lambda: ["ALL_GROUP"])
+    group_shared_session: bool = False
+    group_chat_reply_prefix: str = ""
+    admin_users: list[str] = Field(default_factory=list)
+    admin_password: str = ""
+    telegram_bot_token: str = ""
+    telegram_base_url: str = "https://api.telegram.org/bot"
+    telegram_mode: Literal["polling", "webhook"] = "polling"
+    telegram_rate_limit: bool = True
+    telegram_webhook_url: str = ""
+    telegram_webhook_listen: str = "127.0.0.1"
+    telegram_webhook_port: int = Field(8443, ge=1, le=65535)
+    wechat_hot_reload: bool = True
+    data_dir: str = "data"
+    db_url: str = ""
+    conversation_max_age_days: int = Field(30, ge=1)
+    cleanup_hour: int = Field(3, ge=0, le=23)
+    timezone: str = ""
+    web_fetch_allow_private: bool = False
+    max_concurrent_turns: int = Field(64, ge=1)
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if value:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError) as exc:
+                raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        return value
+
+    @field_validator("admin_users")
+    @classmethod
+    def _admin_format(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if ":" not in entry:
+                raise ValueError(f"entries look like 'telegram:12345', got {entry!r}")
+        return value
+
+    # --- derived values -------------------------------------------------------------------
+    @property
+    def channels(self) -> list[str]:
+        """The channel names to run."""
+        value = self.channel_type
+        return list(dict.fromkeys([value] if isinstance(value, str) else value))
+
+    @property
+    def effective_summary_model(self) -> str:
+        """The model summaries use."""
+        return self.summary_model or self.model
+
+    @property
+    def model_configured(self) -> bool:
+        """True when a key or a custom endpoint is set."""
+        return bool(self.open_ai_api_key) or self.open_ai_api_base.rstrip("/") != DEFAULT_API_BASE
+
+    def data_path(self) -> Path:
+        """The data folder (absolute once loaded from a file)."""
+        return Path(self.data_dir)
+
+    def database_url(self) -> str:
+        """The SQLAlchemy URL, with the default SQLite file and async drivers filled in."""
+        return normalise_db_url(self.db_url, self.data_path())
+
+    def zone(self):
+        """The configured time zone, or the system zone."""
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        if self.timezone:
+            return ZoneInfo(self.timezone)
+        return datetime.now().astimezone().tzinfo
+
+
+def normalise_db_url(url: str, data_dir: Path) -> str:
+    """Fill in SQLite at ``<data_dir>/chatbot.db`` and switch plain URLs to async drivers."""
+    if not url:
+        return f"sqlite+aiosqlite:///{data_dir / 'chatbot.db'}"
+    for plain in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url[len(plain):]
+    if url.startswith("sqlite://") and not url.startswith("sqlite+aiosqlite://"):
+        return "sqlite+aiosqlite://" + url[len("sqlite://"):]
+    return url
+
+
+KNOWN_KEYS: tuple[str, ...] = tuple(Config.model_fields)
+
+
+def suggest_key(key: str) -> str | None:
+    """The nearest known key to a misspelt one, if any is close."""
+    matches = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line naming the first bad key and what was expected."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err.get("loc", ())]
+    key = loc[0] if loc else "?"
+    if err.get("type") == "extra_forbidden":
+        hint = suggest_key(key)
+        tail = f"; did you mean {hint}?" if hint else ""
+        return f"unknown config key {key!r}{tail}"
+    where = key if key != "plugins" else ".".join(loc[:2])
+    expected = _expected_type(key)
+    msg = err.get("msg", "invalid value")
+    return f"invalid value for {where!r}: {msg} (expected {expected})"
+
+
+_EXPECTED = {
+    "channel_type": '"terminal", "telegram" or "wechat", or a list of them',
+    "telegram_mode": '"polling" or "webhook"',
+    "plugins": "an object of per-plugin objects",
+    "timezone": 'an IANA zone name such as "Europe/Berlin", or ""',
+    "admin_users": 'a list of "<channel>:<user id>" strings',
+}
+
+
+def _expected_type(key: str) -> str:
+    if key in _EXPECTED:
+        return _EXPECTED[key]
+    field = Config.model_fields.get(key)
+    if field is None:
+        return "a valid value"
+    ann = field.annotation
+    names = {str: "a string", int: "an integer", bool: "true or false", list[str]: "a list of strings"}
+    if ann in names:
+        return names[ann]
+    text = str(ann).replace("typing.", "")
+    return text
+
+
+def validate_data(data: dict[str, Any]) -> Config:
+    """Validate a dict of settings; raise :class:`ConfigError` with one clear line."""
+    if not isinstance(data, dict):
+        raise ConfigError("config must be a JSON object of settings")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_error(exc)) from None
+
+
+def read_file_data(path: Path) -> dict[str, Any]:
+    """Read config.json as a dict (an absent file means all defaults)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object of settings")
+    return data
+
+
+def apply_environment(data: dict[str, Any], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Return ``data`` with the secret environment variables applied (they win over the file)."""
+    env = os.environ if environ is None else environ
+    out = dict(data)
+    for var, key in ENV_OVERRIDES.items():
+        if env.get(var):
+            out[key] = env[var]
+    return out
+
+
+def resolve_paths(cfg: Config, base: Path) -> Config:
+    """Make relative paths absolute against the config file's folder."""
+    data_dir = Path(cfg.data_dir).expanduser()
+    if not data_dir.is_absolute():
+        data_dir = (base / data_dir).resolve()
+    url = cfg.db_url
+    prefix = "sqlite:///"
+    for p in ("sqlite+aiosqlite:///", "sqlite:///"):
+        if url.startswith(p):
+            prefix = p
+            rest = url[len(p):]
+            if rest and not rest.startswith("/") and rest != ":memory:":
+                url = prefix + str((base / rest).resolve())
+            break
+    return cfg.model_copy(update={"data_dir": str(data_dir), "db_url": url})
+
+
+def load_config(path: str | Path = "config.json", environ: dict[str, str] | None = None) -> Config:
+    """Load, validate and resolve a config file. Raise :class:`ConfigError` with one clear line."""
+    path = Path(path).expanduser().resolve()
+    data = apply_environment(read_file_data(path), environ)
+    cfg = validate_data(data)
+    return resolve_paths(cfg, path.parent)
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to ``path`` atomically: a temporary file in the same folder, fsync, then ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, ensure_ascii=False, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def mask_secret(value: str) -> str:
+    """Show a secret as ``sk-…a1b2``: enough to recognise, not to use."""
+    if not value:
+        return ""
+    if len(value) <= 8:
+        return "…" + value[-2:] if len(value) > 4 else "…"
+    return f"{value[:3]}…{value[-4:]}"

@@ -1,0 +1,1 @@
+"""Persistence and memory: the conversation store, summaries, daily memory files and cleanup."""

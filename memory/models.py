@@ -1,0 +1,139 @@
+"""SQLAlchemy models. The ``sessions`` and ``messages`` columns are part of the contract (DESIGN §1.7)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    """The current time, aware, in UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timezone-aware UTC datetime on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# BigInteger ids that still autoincrement on SQLite.
+BigId = BigInteger().with_variant(Integer, "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table."""
+
+
+class SessionRow(Base):
+    """One conversation history."""
+
+    __tablename__ = "sessions"
+
+    session_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255), default="")
+    is_group: Mapped[bool] = mapped_column(Boolean, default=False)
+    title: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_active: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    #: the seq of the first message in the model's context
+    context_start_seq: Mapped[int] = mapped_column(Integer, default=1)
+    #: the summary injected into the first kept user message, or null
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: every message with seq <= this has been summarised
+    summarized_through_seq: Mapped[int] = mapped_column(Integer, default=0)
+    #: the highest seq allocated so far (seqs are allocated without a MAX() scan)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class MessageRow(Base):
+    """One message of a session, as sent to the model."""
+
+    __tablename__ = "messages"
+    __table_args__ = (UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("sessions.session_id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class InboxRow(Base):
+    """An incoming platform message: dedup by (channel, message_id), and crash resume while pending."""
+
+    __tablename__ = "inbox"
+    __table_args__ = (
+        UniqueConstraint("channel", "message_id", name="uq_inbox_channel_message"),
+        Index("ix_inbox_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    message_id: Mapped[str] = mapped_column(String(255))
+    session_id: Mapped[str] = mapped_column(String(255), index=True)
+    #: seq of the stored user message this produced, if it reached the agent
+    user_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: the IncomingMessage, so a reply can be sent after a restart
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: "pending" until the reply is sent, then "done"
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+
+
+class SummaryJobRow(Base):
+    """A journalled summary job, so unfinished ones run again after a restart."""
+
+    __tablename__ = "summary_jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(255), index=True)
+    reason: Mapped[str] = mapped_column(String(16))  # trim, restore, clear, compact, overflow
+    from_seq: Mapped[int] = mapped_column(Integer)
+    through_seq: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class AdminGrantRow(Base):
+    """A user made admin through ``/auth``."""
+
+    __tablename__ = "admin_grants"
+
+    user_key: Mapped[str] = mapped_column(String(255), primary_key=True)  # "<channel>:<user id>"
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
