@@ -71,6 +71,8 @@ class SessionRow(Base):
     context_start_seq: Mapped[int] = mapped_column(Integer, default=1)
     #: the summary injected into the first kept user message, or null
     summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: how many turns the summary covers, for the injection header
+    summary_turns: Mapped[int] = mapped_column(Integer, default=0)
     #: every message with seq <= this has been summarised
     summarized_through_seq: Mapped[int] = mapped_column(Integer, default=0)
     #: the highest seq allocated so far (seqs are allocated without a MAX() scan)

@@ -48,6 +48,7 @@ class SessionRecord:
     session_id: str
     context_start_seq: int
     summary: str | None
+    summary_turns: int
     summarized_through_seq: int
     last_seq: int
     last_active: datetime
@@ -84,8 +85,8 @@ class SummaryJob:
 
 
 def _record(row: SessionRow) -> SessionRecord:
-    return SessionRecord(row.session_id, row.context_start_seq, row.summary, row.summarized_through_seq,
-                         row.last_seq, row.last_active)
+    return SessionRecord(row.session_id, row.context_start_seq, row.summary, row.summary_turns,
+                         row.summarized_through_seq, row.last_seq, row.last_active)
 
 
 class ConversationStore:
@@ -143,7 +144,7 @@ class ConversationStore:
                 now = utcnow()
                 row = SessionRow(session_id=info.session_id, channel=info.channel, chat_id=info.chat_id,
                                  user_id=info.user_id, is_group=info.is_group, title=info.title,
-                                 created_at=now, last_active=now, context_start_seq=1, summary=None,
+                                 created_at=now, last_active=now, context_start_seq=1, summary=None, summary_turns=0,
                                  summarized_through_seq=0, last_seq=0)
                 s.add(row)
                 try:
@@ -170,9 +171,10 @@ class ConversationStore:
                             .values(context_start_seq=seq))
             await s.commit()
 
-    async def set_summary(self, session_id: str, summary: str | None, through_seq: int | None = None) -> None:
-        """Persist the injected summary and, optionally, how far summaries reach."""
-        values: dict[str, Any] = {"summary": summary}
+    async def set_summary(self, session_id: str, summary: str | None, turns: int = 0,
+                          through_seq: int | None = None) -> None:
+        """Persist the injected summary (covering ``turns`` turns) and, optionally, how far summaries reach."""
+        values: dict[str, Any] = {"summary": summary, "summary_turns": turns if summary else 0}
         if through_seq is not None:
             values["summarized_through_seq"] = func.max(SessionRow.summarized_through_seq, through_seq) \
                 if self.dialect == "sqlite" else func.greatest(SessionRow.summarized_through_seq, through_seq)
