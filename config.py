@@ -282,3 +282,31 @@ def mask_secret(value: str) -> str:
     if len(value) <= 8:
         return "…" + value[-2:] if len(value) > 4 else "…"
     return f"{value[:3]}…{value[-4:]}"
+
+
+class ConfigHolder:
+    """The settings in force. Call it to get the current :class:`Config`; live changes swap it."""
+
+    def __init__(self, config: Config, path: Path | None = None) -> None:
+        self.current = config
+        self.path = path
+        self._listeners: list = []
+
+    def __call__(self) -> Config:
+        return self.current
+
+    def on_change(self, listener) -> None:
+        """Call ``listener(old, new)`` after every change."""
+        self._listeners.append(listener)
+
+    def replace(self, new: Config) -> list[str]:
+        """Put ``new`` in force; return the keys that changed."""
+        old, self.current = self.current, new
+        changed = [k for k in KNOWN_KEYS if getattr(old, k) != getattr(new, k)]
+        if changed:
+            for listener in self._listeners:
+                try:
+                    listener(old, new)
+                except Exception:  # noqa: BLE001 - one listener must not stop the others
+                    logger.exception("config listener failed")
+        return changed

@@ -246,6 +246,14 @@ class ConversationStore:
             except IntegrityError:
                 return None
 
+    async def append_user(self, session_id: str, message: dict[str, Any], inbox_id: int | None) -> int:
+        """Store the user message of a turn and link it to its inbox row, in one transaction."""
+        async with self._s() as s, s.begin():
+            (seq,) = await self._append(s, session_id, [message])
+            if inbox_id is not None:
+                await s.execute(update(InboxRow).where(InboxRow.id == inbox_id).values(user_seq=seq))
+            return seq
+
     async def mark_done(self, inbox_id: int) -> None:
         """The message has been answered."""
         async with self._s() as s:

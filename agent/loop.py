@@ -1,0 +1,229 @@
+"""One turn of the tool loop (DESIGN §2, steps 1-4).
+
+The user message is stored before the model is called; every assistant and tool message is stored as
+it is produced. The context is prepared before every model call; turns that leave it only move the
+session's ``context_start_seq`` and go to the summariser. A provider "too long" triggers the staged
+overflow recovery of §2.3.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.context import (
+    Budget,
+    CtxMessage,
+    PrepareResult,
+    Turn,
+    history_budget,
+    overflow_trim,
+    prepare_context,
+    render_messages,
+)
+from agent.errors import ContextOverflowError
+from agent.llm import BaseLLM, LLMResponse, parse_arguments
+from agent.session import DropSink, SessionState
+from agent.tokens import TokenCounter, context_window
+from agent.tools.base import ToolContext, ToolRegistry, cap_result
+from memory.store import ConversationStore
+
+logger = logging.getLogger(__name__)
+
+#: Appended (never stored) to the last request of a turn that reached ``agent_max_steps``.
+FINAL_ANSWER_PROMPT = (
+    "You have reached the limit of tool calls for this message. Do not call any more tools. "
+    "Answer the user now, as well as you can with the information you already have."
+)
+#: Overflow recovery keeps this many turns at each stage, then clears the context.
+OVERFLOW_STAGES = (5, 2, 1)
+#: The reply when even the current turn alone is too long for the model.
+CLEARED_REPLY = (
+    "This conversation grew too long for the model, even after trimming, so I have cleared its context. "
+    "Nothing is lost: earlier messages are saved in this chat's memory. Please send your last message "
+    "again, shorter if you can."
+)
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """What a turn produced."""
+
+    text: str
+    steps: int = 0
+    tool_calls: int = 0
+    cleared: bool = False
+    actions: list[str] = field(default_factory=list)
+
+
+class Agent:
+    """Runs turns for sessions: prepares the context, calls the model, runs tools, persists everything."""
+
+    def __init__(
+        self,
+        *,
+        llm: BaseLLM,
+        tools: ToolRegistry,
+        store: ConversationStore,
+        config: Callable[[], Any],
+        sink: DropSink,
+        notes: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self.llm = llm
+        self.tools = tools
+        self.store = store
+        self.config = config
+        self.sink = sink
+        self.notes = notes
+        self._counters: dict[str, TokenCounter] = {}
+
+    # --- helpers -------------------------------------------------------------------------
+    def counter(self, model: str) -> TokenCounter:
+        """The token counter for a model (one per model name)."""
+        counter = self._counters.get(model)
+        if counter is None:
+            counter = self._counters[model] = TokenCounter(model)
+        return counter
+
+    def system_prompt(self, state: SessionState) -> str:
+        """The persona plus the session's long-term notes (MEMORY.md), if any."""
+        prompt = self.config().character_desc
+        if self.notes is not None:
+            notes = self.notes(state.session_id)
+            if notes:
+                prompt += "\n\n# Long-term notes for this conversation (MEMORY.md)\n" + notes
+        return prompt
+
+    def budget(self, state: SessionState, system_prompt: str) -> Budget:
+        """The turn and token budgets for the history of this request."""
+        cfg = self.config()
+        counter = self.counter(cfg.model)
+        reserved = counter.count_text(system_prompt)
+        if state.summary:
+            reserved += counter.count_text(state.summary) + 40
+        window = context_window(cfg.model, cfg.model_context_window)
+        return Budget(max_turns=cfg.agent_max_context_turns,
+                      max_tokens=history_budget(cfg.agent_max_context_tokens, window, reserved))
+
+    async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
+        """Make a prepared context the session's context; move the boundary past dropped turns."""
+        state.messages = result.messages
+        if result.dropped:
+            dropped: list[Turn] = result.dropped
+            first = min(t.first_seq for t in dropped if t.first_seq)
+            last = max(t.last_seq for t in dropped)
+            new_start = next((m.seq for m in state.messages if m.seq), last + 1)
+            if new_start > state.context_start_seq:
+                state.context_start_seq = new_start
+                await self.store.set_context_start(state.session_id, new_start)
+            if reason is not None:
+                await self.sink.submit(state.session_id, reason, first, last)
+        for action in result.actions:
+            logger.info("session %s: %s", state.session_id, action)
+
+    async def _persist(self, state: SessionState, message: dict[str, Any]) -> None:
+        (seq,) = await self.store.append(state.session_id, [message])
+        state.messages.append(CtxMessage(seq=seq, message=message))
+
+    # --- the turn ------------------------------------------------------------------------
+    async def add_user_message(self, state: SessionState, text: str, inbox_id: int | None = None) -> None:
+        """Store the turn's user message before any model call, and put it in the context."""
+        message = {"role": "user", "content": text}
+        seq = await self.store.append_user(state.session_id, message, inbox_id)
+        state.messages.append(CtxMessage(seq=seq, message=message))
+
+    async def run_turn(self, state: SessionState) -> TurnResult:
+        """Run the tool loop for the newest user message in ``state`` and return the final answer."""
+        cfg = self.config()
+        result = TurnResult(text="")
+        tools = self.tools.schemas() or None
+        while True:
+            final = result.steps >= cfg.agent_max_steps
+            response = await self._call(state, result, tools=None if final else tools, final=final)
+            if response is None:  # the context had to be cleared
+                result.text, result.cleared = CLEARED_REPLY, True
+                return result
+            result.steps += 1
+            message = response.to_message()
+            if final:
+                message.pop("tool_calls", None)
+            await self._persist(state, message)
+            if final or not response.tool_calls:
+                result.text = (response.content or "").strip()
+                return result
+            for call in response.tool_calls:
+                result.tool_calls += 1
+                content = await self._run_tool(state, call.name, call.arguments)
+                await self._persist(state, {"role": "tool", "tool_call_id": call.id, "content": content})
+
+    async def _run_tool(self, state: SessionState, name: str, arguments: str) -> str:
+        tool = self.tools.get(name)
+        started = time.perf_counter()
+        try:
+            if tool is None:
+                raise LookupError(f"unknown tool {name!r}; available: {', '.join(self.tools.names())}")
+            args = parse_arguments(arguments)
+            ctx = ToolContext(session_id=state.session_id, config=self.config(),
+                              data_dir=self.config().data_path())
+            text = await tool.call(ctx, args)
+        except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, the turn goes on
+            logger.warning("session %s: tool %s failed: %s", state.session_id, name, exc)
+            text = f"Error: {type(exc).__name__}: {exc}"
+        logger.debug("tool %s took %.1f ms", name, (time.perf_counter() - started) * 1000)
+        return cap_result(text)
+
+    def _render(self, state: SessionState, system: str, final: bool) -> list[dict[str, Any]]:
+        messages = render_messages(system, state.messages, state.summary, state.summary_turns)
+        if final:
+            messages.append({"role": "system", "content": FINAL_ANSWER_PROMPT})
+        return messages
+
+    async def _call(self, state: SessionState, result: TurnResult, *, tools, final: bool) -> LLMResponse | None:
+        """Prepare the context and call the model, with overflow recovery. None means the context was cleared."""
+        cfg = self.config()
+        system = self.system_prompt(state)
+        prepared = prepare_context(state.messages, self.budget(state, system), self.counter(cfg.model))
+        await self._apply(state, prepared, "trim")
+        result.actions.extend(prepared.actions)
+        try:
+            return await self.llm.complete(self._render(state, system, final), tools=tools)
+        except ContextOverflowError as exc:
+            logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
+        # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
+        if state.messages:
+            first = next((m.seq for m in state.messages if m.seq), 0)
+            last = max((m.seq for m in state.messages), default=0)
+            if first and last:
+                await self.sink.submit(state.session_id, "overflow", first, last)
+        counter = self.counter(cfg.model)
+        for keep in OVERFLOW_STAGES:
+            trimmed = overflow_trim(state.messages, keep, counter)
+            await self._apply(state, trimmed, None)
+            result.actions.append(f"overflow recovery: kept {keep} turn(s)")
+            try:
+                return await self.llm.complete(self._render(state, system, final), tools=tools)
+            except ContextOverflowError:
+                logger.warning("session %s: still too long with %d turn(s)", state.session_id, keep)
+        await self.clear(state)
+        return None
+
+    async def clear(self, state: SessionState) -> None:
+        """Empty the context by moving the boundary past every stored message. Rows are kept."""
+        record = await self.store.get_session(state.session_id)
+        last = record.last_seq if record else max((m.seq for m in state.messages), default=0)
+        state.messages = []
+        state.context_start_seq = last + 1
+        state.summary, state.summary_turns = None, 0
+        await self.store.set_context_start(state.session_id, last + 1)
+        await self.store.set_summary(state.session_id, None)
+
+
+def describe_tool_calls(message: dict[str, Any]) -> str:
+    """A compact description of an assistant message's tool calls, for logs."""
+    calls = message.get("tool_calls") or []
+    return ", ".join(f"{c['function']['name']}({json.dumps(c['function'].get('arguments', ''))[:40]})"
+                     for c in calls)

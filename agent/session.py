@@ -1,0 +1,183 @@
+"""In-memory session contexts, loaded lazily from the store and evicted when idle.
+
+Restart recovery (DESIGN §4) happens here, at a session's first message after start (or after
+eviction): the last ``max(3, agent_max_context_turns // 6)`` turns after ``context_start_seq`` come
+back as text only, the persisted summary is re-injected, and older turns after the boundary that were
+never summarised are handed to the summariser with reason ``restore``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent.context import CtxMessage, Turn, group_turns
+from memory.store import ConversationStore, SessionInfo
+
+logger = logging.getLogger(__name__)
+
+
+class DropSink(Protocol):
+    """Receives turns that left the context (the summariser)."""
+
+    async def submit(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> None:
+        """Take the messages ``from_seq..through_seq`` of a session for summarising (journalled, then run
+        in the background: this must return quickly)."""
+        ...
+
+
+class LoggingDropSink:
+    """A drop sink that only logs; used when no summariser is configured."""
+
+    async def submit(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> None:
+        """Log the drop."""
+        logger.info("session %s: messages %d-%d left the context (%s)", session_id, from_seq, through_seq, reason)
+
+
+@dataclass(eq=False)
+class SessionState:
+    """One session's in-memory context. Only the session's own task touches ``messages``."""
+
+    info: SessionInfo
+    messages: list[CtxMessage]
+    context_start_seq: int
+    summary: str | None = None
+    summary_turns: int = 0
+    summarized_through_seq: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self.info.session_id
+
+    def turns(self) -> list[Turn]:
+        """The context grouped into turns."""
+        return group_turns(self.messages)
+
+
+def text_only(turn_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn reduced to its first user text and last assistant text."""
+    user = next((m for m in turn_messages if m.get("role") == "user"), None)
+    final = next((m for m in reversed(turn_messages)
+                  if m.get("role") == "assistant" and m.get("content") and not m.get("tool_calls")), None)
+    if final is None:
+        final = next((m for m in reversed(turn_messages) if m.get("role") == "assistant" and m.get("content")),
+                     None)
+    out = []
+    if user is not None:
+        out.append({"role": "user", "content": user.get("content") or ""})
+    if final is not None:
+        out.append({"role": "assistant", "content": final.get("content")})
+    return out
+
+
+def restore_turn_count(max_turns: int) -> int:
+    """How many turns restart recovery restores: ``max(3, agent_max_context_turns // 6)``."""
+    return max(3, max_turns // 6)
+
+
+class SessionManager:
+    """Holds loaded session contexts, at most ``max_cached`` of them (least recently used evicted)."""
+
+    def __init__(self, store: ConversationStore, config: Callable[[], Any], sink: DropSink,
+                 max_cached: int = 2000) -> None:
+        self.store = store
+        self.config = config
+        self.sink = sink
+        self.max_cached = max_cached
+        self._states: OrderedDict[str, SessionState] = OrderedDict()
+        self._loading: dict[str, asyncio.Future] = {}
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._states
+
+    def peek(self, session_id: str) -> SessionState | None:
+        """The loaded state, if any, without loading."""
+        return self._states.get(session_id)
+
+    async def get(self, info: SessionInfo) -> SessionState:
+        """The session's context, restored from the store on first use."""
+        state = self._states.get(info.session_id)
+        if state is not None:
+            self._states.move_to_end(info.session_id)
+            return state
+        pending = self._loading.get(info.session_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._loading[info.session_id] = fut
+        try:
+            state = await self._load(info)
+            self._states[info.session_id] = state
+            self._evict()
+            fut.set_result(state)
+            return state
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            del self._loading[info.session_id]
+
+    def _evict(self) -> None:
+        while len(self._states) > self.max_cached:
+            for sid, st in self._states.items():
+                if not st.lock.locked():
+                    del self._states[sid]
+                    logger.debug("evicted idle session %s", sid)
+                    break
+            else:
+                return
+
+    def forget(self, session_id: str) -> None:
+        """Drop a session's in-memory context; it is rebuilt from the store when next needed."""
+        self._states.pop(session_id, None)
+
+    async def _load(self, info: SessionInfo) -> SessionState:
+        record = await self.store.ensure_session(info)
+        keep = restore_turn_count(self.config().agent_max_context_turns)
+        start = record.context_start_seq
+        # The last `keep` turns through an index range scan; huge tool chains fall back to the whole range.
+        window = await self.store.load_tail(info.session_id, start, limit=keep * 40)
+        turns = _stored_turns(window)
+        if len(turns) < keep and window and window[0].seq > start:
+            window = await self.store.load_messages(info.session_id, start)
+            turns = _stored_turns(window)
+        kept = turns[-keep:]
+        messages: list[CtxMessage] = []
+        for turn in kept:
+            reduced = text_only([m.message for m in turn])
+            # the user text keeps the user's seq, the answer the final message's seq
+            for msg, seq in zip(reduced, (turn[0].seq, turn[-1].seq), strict=False):
+                messages.append(CtxMessage(seq=seq, message=msg))
+        state = SessionState(info=info, messages=messages, context_start_seq=start,
+                             summary=record.summary, summary_turns=record.summary_turns,
+                             summarized_through_seq=record.summarized_through_seq)
+        first_kept = kept[0][0].seq if kept else record.last_seq + 1
+        # Older turns after the boundary that were never summarised go to the summariser.
+        skip_from = max(start, record.summarized_through_seq + 1)
+        if skip_from < first_kept:
+            await self.sink.submit(info.session_id, "restore", skip_from, first_kept - 1)
+        if first_kept != start:
+            await self.store.set_context_start(info.session_id, first_kept)
+            state.context_start_seq = first_kept
+        if turns:
+            logger.info("session %s restored: %d turns in context from seq %d", info.session_id,
+                        len(kept), state.context_start_seq)
+        return state
+
+
+def _stored_turns(stored: list) -> list[list]:
+    """Group stored messages into turns; leading non-user messages are discarded."""
+    turns: list[list] = []
+    for sm in stored:
+        if sm.message.get("role") == "user":
+            turns.append([sm])
+        elif turns:
+            turns[-1].append(sm)
+    return turns

@@ -1,0 +1,201 @@
+"""The composition root: load config, build store, model, tools, commands, dispatcher, channels; run; stop.
+
+Usage: ``python app.py [--config PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ConfigError
+from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
+from agent.loop import Agent
+from agent.session import LoggingDropSink, SessionManager
+from agent.tools.base import ToolRegistry
+from agent.tools.current_time import current_time
+from channels.base import BaseChannel
+from channels.commands import CommandRegistry
+from channels.dispatcher import Dispatcher
+from config import Config, ConfigHolder, load_config
+from memory.store import ConversationStore
+
+logger = logging.getLogger("app")
+
+#: How long a graceful stop waits for in-flight turns; the rest resume at the next start.
+TURN_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class Services:
+    """Everything built at start, for built-in commands and plugins."""
+
+    config: ConfigHolder
+    store: ConversationStore
+    llm: Any
+    tools: ToolRegistry
+    sessions: SessionManager
+    agent: Agent
+    dispatcher: Dispatcher
+    commands: CommandRegistry
+    channels: list[BaseChannel] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def setup_logging(cfg: Config, quiet_console: bool) -> None:
+    """INFO to ``<data_dir>/bot.log``; INFO to stderr too, unless an interactive terminal owns the screen."""
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING if quiet_console else logging.INFO)
+    console.setFormatter(fmt)
+    root.addHandler(console)
+    try:
+        cfg.data_path().mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(cfg.data_path() / "bot.log", encoding="utf-8")
+        file_handler.setFormatter(fmt)
+        root.addHandler(file_handler)
+    except OSError as exc:
+        logger.warning("cannot write the log file in %s: %s", cfg.data_path(), exc)
+    for noisy in ("httpx", "httpx2", "httpcore", "telegram.ext.Updater", "apscheduler", "aiosqlite",
+                  "openai", "watchfiles"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def build_llm(cfg: Config):
+    """The model client, or a stand-in that explains how to configure one."""
+    if not cfg.model_configured:
+        return UnconfiguredLLM()
+    return OpenAILLM(api_key=cfg.open_ai_api_key, base_url=cfg.open_ai_api_base, model=cfg.model)
+
+
+def build_channels(cfg: Config) -> list[BaseChannel]:
+    """The channels named by ``channel_type``."""
+    channels: list[BaseChannel] = []
+    for name in cfg.channels:
+        if name == "terminal":
+            from channels.terminal import TerminalChannel
+
+            channels.append(TerminalChannel())
+        elif name == "telegram":
+            from channels.telegram import TelegramChannel
+
+            channels.append(TelegramChannel(cfg))
+        elif name == "wechat":
+            from channels.wechat import WeChatChannel
+
+            channels.append(WeChatChannel(cfg))
+    return channels
+
+
+class App:
+    """Owns every long-lived part and their order of start and stop."""
+
+    def __init__(self, config_path: Path) -> None:
+        self.config_path = config_path
+        self.services: Services | None = None
+        self._stop = asyncio.Event()
+
+    def request_stop(self) -> None:
+        """Ask for a graceful stop (SIGINT/SIGTERM)."""
+        self._stop.set()
+
+    async def build(self, cfg: Config) -> Services:
+        """Create every part, in dependency order."""
+        holder = ConfigHolder(cfg, self.config_path)
+        store = ConversationStore(cfg.database_url())
+        await store.open()
+        llm = build_llm(cfg)
+        tools = ToolRegistry([current_time])
+        sink = LoggingDropSink()
+        sessions = SessionManager(store, holder, sink)
+        agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=sink)
+        commands = CommandRegistry()
+        dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
+        services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
+                            dispatcher=dispatcher, commands=commands)
+        dispatcher.services = services
+        await dispatcher.load_admins()
+        services.channels = build_channels(cfg)
+        for channel in services.channels:
+            dispatcher.add_channel(channel)
+        return services
+
+    async def run(self, cfg: Config) -> int:
+        """Run until every finite channel is done or a stop is requested."""
+        services = self.services = await self.build(cfg)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        if not cfg.model_configured:
+            print(NO_MODEL_HINT, flush=True)
+        try:
+            for channel in services.channels:
+                try:
+                    await channel.start()
+                except Exception:  # noqa: BLE001 - one broken channel must not stop the others
+                    logger.exception("channel %s failed to start", channel.name)
+            await services.dispatcher.resume_pending()
+            await self._wait(services)
+        finally:
+            await self.shutdown(services)
+        return 0
+
+    async def _wait(self, services: Services) -> None:
+        stop = asyncio.create_task(self._stop.wait())
+        waits = [stop]
+        if services.channels and all(c.finite for c in services.channels):
+            waits.append(asyncio.create_task(self._finite_done(services)))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            task.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _finite_done(self, services: Services) -> None:
+        await asyncio.gather(*(c.wait_closed() for c in services.channels))
+        await services.dispatcher.wait_idle()
+
+    async def shutdown(self, services: Services) -> None:
+        """Stop in order: intake, in-flight turns, background jobs, channels, database."""
+        logger.info("stopping")
+        await services.dispatcher.drain(TURN_GRACE_SECONDS)
+        for channel in reversed(services.channels):
+            try:
+                await channel.stop()
+            except Exception:  # noqa: BLE001
+                logger.exception("channel %s failed to stop", channel.name)
+        close = getattr(services.llm, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+        await services.store.close()
+        logger.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description="An LLM chatbot that never loses what people said.")
+    parser.add_argument("--config", default="config.json", help="path to config.json (default: ./config.json)")
+    args = parser.parse_args(argv)
+    path = Path(args.config).expanduser().resolve()
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    interactive = "terminal" in cfg.channels and sys.stdin.isatty()
+    setup_logging(cfg, quiet_console=interactive)
+    return asyncio.run(App(path).run(cfg))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

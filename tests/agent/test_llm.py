@@ -1,0 +1,148 @@
+"""Tests for agent/llm.py: error classification and retries, against a real loopback HTTP server."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent.errors import AuthLLMError, ContextOverflowError, OtherLLMError, TransientLLMError
+from agent.llm import OpenAILLM, backoff_delay, is_overflow, with_retries
+
+
+class Script:
+    """Responses to serve, in order: (status, body, headers)."""
+
+    def __init__(self, *responses):
+        self.responses = list(responses)
+        self.calls = 0
+
+
+def ok_body(text="hi"):
+    return {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+@pytest.fixture
+def server():
+    script = Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            script.calls += 1
+            status, body, headers = script.responses.pop(0)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    script.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    yield script
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def err(status, message, code=None):
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+
+
+async def test_retries_500_then_succeeds(server):
+    server.responses += [(500, err(500, "boom"), None), (503, err(503, "busy"), None), (200, ok_body("done"), None)]
+    llm = OpenAILLM(api_key="k", base_url=server.url, model="m", retry_base_delay=0.01)
+    try:
+        resp = await llm.complete([{"role": "user", "content": "x"}])
+    finally:
+        await llm.close()
+    assert resp.content == "done"
+    assert server.calls == 3
+
+
+async def test_gives_up_after_three_tries(server):
+    server.responses += [(500, err(500, "boom"), None)] * 3
+    llm = OpenAILLM(api_key="k", base_url=server.url, model="m", retry_base_delay=0.01)
+    try:
+        with pytest.raises(TransientLLMError):
+            await llm.complete([{"role": "user", "content": "x"}])
+    finally:
+        await llm.close()
+    assert server.calls == 3
+
+
+async def test_429_honours_retry_after():
+    sleeps = []
+
+    async def fake_sleep(seconds):
+        sleeps.append(seconds)
+
+    attempts = []
+
+    async def call():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TransientLLMError("rate limited", status=429, retry_after=7.0)
+        return "ok"
+
+    assert await with_retries(call, sleep=fake_sleep) == "ok"
+    assert sleeps == [7.0, 7.0]
+
+
+async def test_429_over_http_reads_retry_after(server):
+    server.responses += [(429, err(429, "slow down"), {"Retry-After": "0.05"}), (200, ok_body(), None)]
+    llm = OpenAILLM(api_key="k", base_url=server.url, model="m", retry_base_delay=5)
+    try:
+        assert (await llm.complete([{"role": "user", "content": "x"}])).content == "hi"
+    finally:
+        await llm.close()
+    assert server.calls == 2
+
+
+async def test_classification(server):
+    server.responses += [
+        (400, err(400, "too long", "context_length_exceeded"), None),
+        (400, err(400, "This model's maximum context length is 8192 tokens"), None),
+        (400, err(400, "Invalid value for 'temperature'"), None),
+        (401, err(401, "Incorrect API key"), None),
+        (429, err(429, "Request too large: maximum context length"), {"Retry-After": "0"}),
+    ]
+    llm = OpenAILLM(api_key="k", base_url=server.url, model="m", retry_base_delay=0.01)
+    try:
+        with pytest.raises(ContextOverflowError):
+            await llm.complete([{"role": "user", "content": "x"}])
+        with pytest.raises(ContextOverflowError):
+            await llm.complete([{"role": "user", "content": "x"}])
+        with pytest.raises(OtherLLMError):  # a generic 400 is never an overflow
+            await llm.complete([{"role": "user", "content": "x"}])
+        with pytest.raises(AuthLLMError):
+            await llm.complete([{"role": "user", "content": "x"}])
+        server.responses += [(429, err(429, "slow"), None)] * 2
+        with pytest.raises(TransientLLMError):  # a rate limit is never an overflow
+            await llm.complete([{"role": "user", "content": "x"}])
+    finally:
+        await llm.close()
+
+
+def test_is_overflow_rules():
+    assert is_overflow(400, "context_length_exceeded", "")
+    assert is_overflow(400, None, "prompt is too long: 210000 tokens > 200000 maximum")
+    assert not is_overflow(429, "context_length_exceeded", "maximum context length")
+    assert not is_overflow(400, None, "Invalid 'messages[1].content': string too long")
+
+
+def test_backoff_delay_grows_and_caps():
+    assert 0.25 <= backoff_delay(1, None) <= 0.5
+    assert 1.0 <= backoff_delay(3, None) <= 2.0
+    assert backoff_delay(10, None) <= 20.0
+    assert backoff_delay(1, 3.0) == 3.0

@@ -1,0 +1,59 @@
+"""Tests for channels/triggers.py: session ids, triggers, whitelist, command parsing."""
+
+from channels.base import IncomingMessage
+from channels.triggers import CommandObject, group_allowed, parse_command, session_id_for, triggered_text
+from config import Config
+
+
+def private(text="hi", **kw):
+    return IncomingMessage(channel="telegram", chat_id="12345", user_id="12345", text=text, **kw)
+
+
+def group(text="hi", **kw):
+    kw.setdefault("user_id", "42")
+    return IncomingMessage(channel="telegram", chat_id="-100", text=text, is_group=True, group_name="Team", **kw)
+
+
+def test_session_ids():
+    assert session_id_for(private(), False) == "telegram:12345"
+    assert session_id_for(group(), True) == "telegram:group:-100"
+    assert session_id_for(group(), False) == "telegram:group:-100:42"
+    # a member's group session is never their private session
+    member_private = IncomingMessage(channel="telegram", chat_id="42", user_id="42", text="x")
+    assert session_id_for(member_private, False) != session_id_for(group(), False)
+
+
+def test_private_prefix():
+    cfg = Config()
+    assert triggered_text(private("hello"), cfg) == "hello"
+    cfg = Config(single_chat_prefix=["bot", "@bot"])
+    assert triggered_text(private("hello"), cfg) is None
+    assert triggered_text(private("bot what time"), cfg) == "what time"
+
+
+def test_group_triggers():
+    cfg = Config(group_chat_keyword=["weather"])
+    assert triggered_text(group("just chatting"), cfg) is None
+    assert triggered_text(group("@bot hello there"), cfg) == "hello there"
+    assert triggered_text(group("what's the Weather"), cfg) == "what's the Weather"
+    assert triggered_text(group("@mybot hi", mentions_bot=True), cfg, "mybot") == "hi"
+    assert triggered_text(group("thanks", reply_to_bot=True), cfg) == "thanks"
+    off = Config(group_at_off=True)
+    assert triggered_text(group("@mybot hi", mentions_bot=True), off, "mybot") is None
+    assert triggered_text(group("@bot hi"), off) == "hi"  # the prefix still works
+
+
+def test_whitelist():
+    assert group_allowed(group(), ["ALL_GROUP"])
+    assert group_allowed(group(), ["Team"])
+    assert group_allowed(group(), ["-100"])
+    assert not group_allowed(group(), ["Other"])
+
+
+def test_parse_command():
+    assert parse_command("/help") == CommandObject(command="help")
+    assert parse_command("/config@MyBot model gpt-4o") == CommandObject(command="config", args="model gpt-4o",
+                                                                        mention="MyBot")
+    assert parse_command("/Context clear").argv == ["clear"]
+    assert parse_command("hello /help") is None
+    assert parse_command("/ not a command") is None

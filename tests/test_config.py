@@ -1,0 +1,132 @@
+"""Tests for config.py."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.errors import ConfigError
+from config import Config, ConfigHolder, atomic_write_json, load_config, mask_secret, normalise_db_url
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+CONTRACT_KEYS = """channel_type model open_ai_api_key open_ai_api_base summary_model model_context_window
+character_desc agent_max_context_tokens agent_max_context_turns agent_max_steps single_chat_prefix
+single_chat_reply_prefix group_chat_prefix group_chat_keyword group_at_off group_name_white_list
+group_shared_session group_chat_reply_prefix admin_users admin_password telegram_bot_token telegram_base_url
+telegram_mode telegram_rate_limit telegram_webhook_url telegram_webhook_listen telegram_webhook_port
+wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezone web_fetch_allow_private
+max_concurrent_turns plugins""".split()
+
+
+def test_defaults_cover_every_contract_key():
+    cfg = Config()
+    assert cfg.channel_type == "terminal"
+    assert cfg.model == "gpt-4o-mini"
+    assert cfg.open_ai_api_base == "https://api.openai.com/v1"
+    assert cfg.agent_max_context_tokens == 50000
+    assert cfg.agent_max_context_turns == 20
+    assert cfg.agent_max_steps == 15
+    assert cfg.single_chat_prefix == [""]
+    assert cfg.group_chat_prefix == ["@bot"]
+    assert cfg.group_name_white_list == ["ALL_GROUP"]
+    assert cfg.telegram_base_url == "https://api.telegram.org/bot"
+    assert cfg.telegram_webhook_listen == "127.0.0.1"
+    assert cfg.telegram_webhook_port == 8443
+    assert cfg.conversation_max_age_days == 30
+    assert cfg.cleanup_hour == 3
+    assert cfg.max_concurrent_turns == 64
+    assert cfg.plugins == {}
+    assert set(Config.model_fields) == set(CONTRACT_KEYS)
+
+
+def test_unknown_key_is_named_with_a_suggestion(tmp_path):
+    path = write(tmp_path, {"agent_max_context_turn": 5})
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert str(err.value) == "unknown config key 'agent_max_context_turn'; did you mean agent_max_context_turns?"
+
+
+def test_wrong_type_names_the_key(tmp_path):
+    path = write(tmp_path, {"agent_max_context_turns": "twenty"})
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert "'agent_max_context_turns'" in str(err.value)
+    assert "expected an integer" in str(err.value)
+    path = write(tmp_path, {"group_at_off": "yes"})
+    with pytest.raises(ConfigError, match="'group_at_off'.*true or false"):
+        load_config(path, environ={})
+
+
+def test_bad_json_is_one_clear_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model": "x",}', encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(path, environ={})
+
+
+def test_environment_overrides_the_file(tmp_path):
+    path = write(tmp_path, {"open_ai_api_key": "sk-file", "telegram_bot_token": "file-token"})
+    cfg = load_config(path, environ={"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                                     "TELEGRAM_BOT_TOKEN": "env-token"})
+    assert cfg.open_ai_api_key == "sk-env"
+    assert cfg.open_ai_api_base == "http://127.0.0.1:9/v1"
+    assert cfg.telegram_bot_token == "env-token"
+    assert load_config(path, environ={}).open_ai_api_key == "sk-file"
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    sub = tmp_path / "conf"
+    sub.mkdir()
+    path = write(sub, {"data_dir": "state", "db_url": "sqlite:///db/x.db"})
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(path, environ={})
+    assert cfg.data_dir == str(sub / "state")
+    assert cfg.database_url() == f"sqlite+aiosqlite:///{sub / 'db' / 'x.db'}"
+    default = load_config(write(sub, {}), environ={})
+    assert default.database_url() == f"sqlite+aiosqlite:///{sub / 'data' / 'chatbot.db'}"
+
+
+def test_postgres_url_is_normalised():
+    assert normalise_db_url("postgresql://u@h/db", Path("/d")) == "postgresql+psycopg://u@h/db"
+    assert normalise_db_url("postgres://u@h/db", Path("/d")) == "postgresql+psycopg://u@h/db"
+
+
+def test_channel_list_and_model_configured():
+    assert Config(channel_type=["terminal", "telegram"]).channels == ["terminal", "telegram"]
+    assert not Config().model_configured
+    assert Config(open_ai_api_key="sk-1").model_configured
+    assert Config(open_ai_api_base="http://127.0.0.1:11434/v1").model_configured
+    with pytest.raises(ValueError):
+        Config(channel_type="irc")
+
+
+def test_mask_secret():
+    assert mask_secret("sk-abcdefghijklmnopa1b2") == "sk-…a1b2"
+    assert mask_secret("") == ""
+    assert "abcdef" not in mask_secret("abcdefg")
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
+    path = write(tmp_path, {"model": "old"})
+    before = path.read_bytes()
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"model": object()})
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    atomic_write_json(path, {"model": "new"})
+    assert json.loads(path.read_text())["model"] == "new"
+
+
+def test_holder_reports_changed_keys():
+    holder = ConfigHolder(Config())
+    seen = []
+    holder.on_change(lambda old, new: seen.append((old.model, new.model)))
+    assert holder.replace(Config(model="gpt-4.1")) == ["model"]
+    assert holder().model == "gpt-4.1"
+    assert seen == [("gpt-4o-mini", "gpt-4.1")]
