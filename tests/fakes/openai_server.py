@@ -1,0 +1,375 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions protocol, for tests.
+
+It runs in a background thread, so sync and async tests (and ``app.py`` run as a subprocess) can use it::
+
+    with FakeOpenAIServer() as srv:
+        srv.enqueue_text("hello")
+        srv.enqueue_tool_calls([("current_time", "{}")])
+        srv.enqueue_error(400, "too long", code="context_length_exceeded")
+        llm = OpenAILLM(api_key="x", base_url=srv.base_url, model="m")
+
+Scripted replies are answered first in, first out. When the queue is empty, :attr:`responder` is asked,
+and then the default: ``"echo: " + <the last user message text>``. ``"stream": true`` is answered with SSE
+chunks ending with ``data: [DONE]``. Every request body is recorded in :attr:`requests`.
+
+Connections are HTTP/1.0 (closed after each response), so :meth:`stop` never waits on an idle keep-alive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: What :attr:`FakeOpenAIServer.responder` may return: a full completion (has "choices"), an error
+#: (has "error"; HTTP status from "status", default 400), an assistant message ({"content", "tool_calls"}),
+#: a plain string (the reply text), or None (use the default echo).
+Responder = Callable[[dict[str, Any]], "dict[str, Any] | str | None"]
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 429: "rate_limit_error"}
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of one chat message, whether ``content`` is a string or a list of parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def prompt_chars(body: dict[str, Any]) -> int:
+    """Characters of every message's content plus its tool call arguments."""
+    total = 0
+    for msg in body.get("messages") or []:
+        total += len(message_text(msg))
+        for call in msg.get("tool_calls") or []:
+            total += len((call.get("function") or {}).get("arguments") or "")
+    return total
+
+
+class _Error:
+    """A scripted error response."""
+
+    def __init__(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.payload = payload
+        self.headers = dict(headers or {})
+
+
+def error_payload(status: int, message: str, code: str | None = None, type: str | None = None,
+                  param: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style ``{"error": {...}}`` body."""
+    etype = type or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible chat-completions endpoint on a random loopback port."""
+
+    def __init__(self, *, model: str = "fake-model") -> None:
+        self.model = model
+        #: seconds to wait before answering each chat request
+        self.latency: float = 0.0
+        #: when set, requests with more prompt characters than this get a context_length_exceeded 400
+        self.max_prompt_chars: int | None = None
+        #: consulted when the scripted queue is empty
+        self.responder: Responder | None = None
+        #: when set, requests without ``Authorization: Bearer <key>`` get a 401
+        self.required_api_key: str | None = None
+        self._lock = threading.Lock()
+        self._queue: deque[dict[str, Any] | _Error] = deque()
+        self._requests: list[dict[str, Any]] = []
+        self._headers: list[dict[str, str]] = []
+        self._arrived = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FakeOpenAIServer:
+        """Bind a free port and serve in a background thread."""
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        server.daemon_threads = False
+        server.block_on_close = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, wake sleeping handlers, close the socket and join every thread."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()
+        with self._lock:
+            self._arrived.notify_all()
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        assert self._server is not None, "server not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, for ``open_ai_api_base`` or the SDK's ``base_url``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # --- scripting ---------------------------------------------------------------------------
+    def enqueue_text(self, text: str) -> None:
+        """Answer the next request with ``text``."""
+        self._push({"content": text})
+
+    def enqueue_tool_calls(self, calls: Iterable[tuple[str, str]], content: str | None = None) -> None:
+        """Answer the next request with tool calls: ``[(name, arguments_json), ...]``."""
+        tool_calls = [
+            {"id": f"call_{next(self._ids)}", "type": "function", "function": {"name": name, "arguments": args}}
+            for name, args in calls
+        ]
+        self._push({"content": content, "tool_calls": tool_calls})
+
+    def enqueue_error(self, status: int, message: str, code: str | None = None, type: str | None = None,
+                      headers: dict[str, str] | None = None) -> None:
+        """Answer the next request with an HTTP error, e.g. 429 with ``{"Retry-After": "1"}``."""
+        self._push(_Error(status, error_payload(status, message, code, type), headers))
+
+    def enqueue_response(self, response: dict[str, Any]) -> None:
+        """Answer the next request with this completion dict, sent as is."""
+        self._push(response)
+
+    def _push(self, item: dict[str, Any] | _Error) -> None:
+        with self._lock:
+            self._queue.append(item)
+
+    @property
+    def pending(self) -> int:
+        """Scripted responses not yet used."""
+        with self._lock:
+            return len(self._queue)
+
+    # --- inspection --------------------------------------------------------------------------
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """A copy of every chat request body received, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        """The headers of every chat request (lower-case names)."""
+        with self._lock:
+            return list(self._headers)
+
+    def last_messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` of the latest request."""
+        reqs = self.requests
+        return list(reqs[-1].get("messages") or []) if reqs else []
+
+    def last_user_texts(self) -> list[str]:
+        """The texts of every user message in the latest request."""
+        return [message_text(m) for m in self.last_messages() if m.get("role") == "user"]
+
+    def last_system_text(self) -> str:
+        """The joined system messages of the latest request."""
+        return "\n".join(message_text(m) for m in self.last_messages() if m.get("role") == "system")
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Block until ``n`` requests arrived; raise ``TimeoutError`` otherwise."""
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while len(self._requests) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"expected {n} requests, got {len(self._requests)}")
+                self._arrived.wait(left)
+            return list(self._requests)
+
+    def reset(self) -> None:
+        """Forget recorded requests and scripted responses."""
+        with self._lock:
+            self._requests.clear()
+            self._headers.clear()
+            self._queue.clear()
+
+    # --- answering (runs in handler threads) -------------------------------------------------
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        with self._arrived:
+            self._requests.append(body)
+            self._headers.append(headers)
+            self._arrived.notify_all()
+
+    def _answer(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any] | _Error:
+        """Decide the reply to one chat request: auth, window check, queue, responder, echo."""
+        if self.required_api_key is not None and headers.get("authorization") != f"Bearer {self.required_api_key}":
+            return _Error(401, error_payload(401, "Incorrect API key provided.", "invalid_api_key"))
+        if self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
+            return _Error(400, error_payload(
+                400,
+                f"This model's maximum context length is {self.max_prompt_chars} characters. However, your "
+                f"messages resulted in {prompt_chars(body)} characters. Please reduce the length of the messages.",
+                code="context_length_exceeded", param="messages"))
+        with self._lock:
+            item = self._queue.popleft() if self._queue else None
+        if item is None and self.responder is not None:
+            item = self._from_responder(self.responder(body))
+        if item is None:
+            users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+            item = {"content": "echo: " + (message_text(users[-1]) if users else "")}
+        if isinstance(item, _Error) or "choices" in item:
+            return item
+        return self._completion(body, item)
+
+    @staticmethod
+    def _from_responder(value: dict[str, Any] | str | None) -> dict[str, Any] | _Error | None:
+        if value is None or isinstance(value, dict) and "choices" in value:
+            return value
+        if isinstance(value, str):
+            return {"content": value}
+        if "error" in value:
+            status = int(value.get("status", 400))
+            return _Error(status, {"error": value["error"]}, value.get("headers"))
+        return value
+
+    def _completion(self, body: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        tool_calls = message.get("tool_calls") or None
+        content = message.get("content")
+        completion = len(content or "") + sum(len(c["function"]["arguments"]) for c in tool_calls or [])
+        prompt = max(1, prompt_chars(body) // 4)
+        return {
+            "id": f"chatcmpl-fake{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "tool_calls": tool_calls, "refusal": None},
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "logprobs": None,
+            }],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": max(1, completion // 4),
+                      "total_tokens": prompt + max(1, completion // 4)},
+        }
+
+    def _sleep(self) -> None:
+        if self.latency > 0:
+            self._stopping.wait(self.latency)
+
+
+def stream_chunks(response: dict[str, Any], piece: int = 8) -> list[dict[str, Any]]:
+    """Split a completion into ``chat.completion.chunk`` dicts the way OpenAI streams it."""
+    choice = response["choices"][0]
+    msg = choice["message"]
+    base = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"],
+            "model": response["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    text = msg.get("content") or ""
+    for i in range(0, len(text), piece):
+        out.append(chunk({"content": text[i:i + piece]}))
+    for index, call in enumerate(msg.get("tool_calls") or []):
+        fn = call["function"]
+        out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                          "function": {"name": fn["name"], "arguments": ""}}]}))
+        args = fn.get("arguments") or ""
+        for i in range(0, len(args), piece):
+            out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i:i + piece]}}]}))
+    out.append(chunk({}, choice.get("finish_reason") or "stop"))
+    return out
+
+
+def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+        timeout = 30
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            logger.debug("fake-openai: %s", format % args)
+
+        def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._json(200, {"object": "list", "data": [
+                    {"id": fake.model, "object": "model", "created": 0, "owned_by": "fake"}]})
+            else:
+                self._json(404, error_payload(404, f"Unknown path {self.path}"))
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._json(404, error_payload(404, f"Unknown path {self.path}"))
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError as exc:
+                self._json(400, error_payload(400, f"We could not parse the JSON body: {exc}"))
+                return
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            fake._record(body, headers)
+            fake._sleep()
+            reply = fake._answer(body, headers)
+            if isinstance(reply, _Error):
+                self._json(reply.status, reply.payload, reply.headers)
+            elif body.get("stream"):
+                self._stream(reply, bool((body.get("stream_options") or {}).get("include_usage")))
+            else:
+                self._json(200, reply)
+
+        def _stream(self, response: dict[str, Any], include_usage: bool) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            chunks = stream_chunks(response)
+            if include_usage:
+                chunks.append({**{k: chunks[0][k] for k in ("id", "object", "created", "model")},
+                               "choices": [], "usage": response.get("usage")})
+            for item in chunks:
+                self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+__all__ = ["FakeOpenAIServer", "error_payload", "message_text", "prompt_chars", "stream_chunks"]
