@@ -1,0 +1,248 @@
+"""Daily memory files: one folder per session, one Markdown file per local date.
+
+Layout (DESIGN 1.6)::
+
+    <root>/<session dir>/YYYY-MM-DD.md
+    <root>/<session dir>/MEMORY.md        long-term notes, written by people, read into the system prompt
+
+A daily file is only ever appended to. Its exact bytes are::
+
+    # Daily Memory: 2026-03-01\\n
+    \\n
+    ## Trimmed Context (14:05)\\n
+    \\n
+    - a\\n
+    - b\\n
+    \\n
+    ## Compacted (15:40)\\n
+    \\n
+    - c\\n
+
+that is, the title line once, then per append a blank line, the section header, a blank line and the
+body lines (each right-stripped, surrounding blank lines removed, always ending with a newline).
+
+Appends are serialised per file by one ``asyncio.Lock`` per path (DESIGN 9 item 11), and each section
+goes to the file in a single ``write`` on a file opened in append mode. The date and the ``HH:MM`` are
+taken in the configured zone at the moment of the append, so a summary written after midnight goes to
+the next day's file.
+
+Memory is private to its session (DESIGN 9 item 4): every method takes the session id and touches only
+that session's folder, which is checked to lie directly inside the root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import date as date_cls
+from datetime import datetime, tzinfo
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: Section header for each reason a summary was written.
+REASON_HEADERS = {
+    "trim": "Trimmed Context",
+    "restore": "Trimmed Context",
+    "overflow": "Context Overflow Recovery",
+    "clear": "Cleared Context",
+    "compact": "Compacted",
+}
+LONG_TERM_FILE = "MEMORY.md"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DAILY_FILE = re.compile(r"(\d{4}-\d{2}-\d{2})\.md")
+
+
+def session_dir_name(session_id: str) -> str:
+    """The folder name of a session: every character outside ``[A-Za-z0-9_.-]`` becomes ``_``."""
+    return _UNSAFE.sub("_", session_id)
+
+
+def valid_date(text: str) -> bool:
+    """True for a real calendar date written ``YYYY-MM-DD`` (nothing else, no path parts)."""
+    if not isinstance(text, str) or not _DATE.fullmatch(text):
+        return False
+    try:
+        date_cls.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """One matching line: file name, its date (``""`` for MEMORY.md), 1-based line number, the line."""
+
+    file: str
+    date: str
+    line_no: int
+    line: str
+
+
+class _PathLocks:
+    """One ``asyncio.Lock`` per file path, dropped once nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[Path, asyncio.Lock] = {}
+        self._users: dict[Path, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, path: Path) -> AsyncIterator[None]:
+        """Hold the lock of ``path`` for the duration of the ``async with`` block."""
+        lock = self._locks.setdefault(path, asyncio.Lock())
+        self._users[path] = self._users.get(path, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[path] -= 1
+            if not self._users[path]:
+                del self._users[path]
+                del self._locks[path]
+
+
+# Shared by every DailyMemory in the process, so two instances on the same folder still take turns.
+_LOCKS = _PathLocks()
+
+
+def _format_body(body: str) -> str:
+    lines = [line.rstrip() for line in body.strip().splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def _write_append(path: Path, title: str, section: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8", newline="\n") as fh:
+        # Position is at the end in append mode: 0 means the file is new (or was empty).
+        fh.write((title if fh.tell() == 0 else "") + section)
+        fh.flush()
+
+
+class DailyMemory:
+    """Per-session daily memory files under ``root`` (``<data_dir>/memory``), dated in ``zone``."""
+
+    def __init__(self, root: Path, zone: tzinfo) -> None:
+        self.root = Path(root)
+        self.zone = zone
+
+    # --- paths ------------------------------------------------------------------------------
+    def session_dir(self, session_id: str) -> Path:
+        """This session's folder; raise ``ValueError`` if the id would name anything outside the root."""
+        name = session_dir_name(session_id)
+        if name in ("", ".", ".."):
+            raise ValueError(f"session id {session_id!r} cannot name a memory folder")
+        path = self.root / name
+        root = self.root.resolve()
+        if path.resolve().parent != root:
+            raise ValueError(f"session id {session_id!r} escapes the memory folder")
+        return path
+
+    def file_for(self, session_id: str, date: str) -> Path:
+        """The daily file of ``date`` (``YYYY-MM-DD``, validated) for this session."""
+        if not valid_date(date):
+            raise ValueError(f"not a date in the form YYYY-MM-DD: {date!r}")
+        return self.session_dir(session_id) / f"{date}.md"
+
+    def today(self) -> str:
+        """Today's date in the configured zone, ``YYYY-MM-DD``."""
+        return datetime.now(self.zone).strftime("%Y-%m-%d")
+
+    # --- writing ----------------------------------------------------------------------------
+    async def append(self, session_id: str, reason: str, body: str, when: datetime | None = None) -> Path:
+        """Append a summary section for ``reason`` to the day's file (dated at call time) and return its path."""
+        header = REASON_HEADERS.get(reason)
+        if header is None:
+            raise ValueError(f"unknown memory reason {reason!r}; expected one of {', '.join(REASON_HEADERS)}")
+        if not body.strip():
+            raise ValueError("nothing to append: the summary body is empty")
+        if when is None:
+            when = datetime.now(self.zone)
+        elif when.tzinfo is None:
+            raise ValueError("when must be timezone-aware")
+        local = when.astimezone(self.zone)
+        day = local.strftime("%Y-%m-%d")
+        path = self.file_for(session_id, day)
+        title = f"# Daily Memory: {day}\n"
+        section = f"\n## {header} ({local:%H:%M})\n\n{_format_body(body)}"
+        async with _LOCKS.hold(path.resolve()):
+            await asyncio.to_thread(_write_append, path, title, section)
+        logger.debug("memory: appended %s section to %s", reason, path)
+        return path
+
+    # --- reading ----------------------------------------------------------------------------
+    def read(self, session_id: str, date: str) -> str | None:
+        """The daily file of ``date`` (``YYYY-MM-DD``) for this session, or None if there is none."""
+        path = self.file_for(session_id, date)
+        return _read_text(path)
+
+    def search(self, session_id: str, query: str, limit: int = 50) -> list[MemoryHit]:
+        """Lines of this session's memory files containing every whitespace-separated term (any case)."""
+        terms = [t.casefold() for t in query.split()]
+        if not terms or limit <= 0:
+            return []
+        hits: list[MemoryHit] = []
+        for path, date in self._files(session_id):
+            text = _read_text(path)
+            if text is None:
+                continue
+            for number, line in enumerate(text.splitlines(), start=1):
+                folded = line.casefold()
+                if all(t in folded for t in terms):
+                    hits.append(MemoryHit(file=path.name, date=date, line_no=number, line=line.strip()))
+                    if len(hits) >= limit:
+                        return hits
+        return hits
+
+    def _files(self, session_id: str) -> list[tuple[Path, str]]:
+        """Daily files newest first, then the other ``*.md`` files (MEMORY.md) by name."""
+        folder = self.session_dir(session_id)
+        if not folder.is_dir() or folder.is_symlink():
+            return []
+        dated: list[tuple[Path, str]] = []
+        other: list[tuple[Path, str]] = []
+        for path in folder.glob("*.md"):
+            if path.is_symlink() or not path.is_file():
+                continue
+            match = _DAILY_FILE.fullmatch(path.name)
+            if match and valid_date(match.group(1)):
+                dated.append((path, match.group(1)))
+            else:
+                other.append((path, ""))
+        dated.sort(key=lambda item: item[1], reverse=True)
+        other.sort(key=lambda item: item[0].name)
+        return dated + other
+
+    def long_term_notes(self, session_id: str, max_lines: int = 200, max_chars: int = 8000) -> str | None:
+        """This session's MEMORY.md for the system prompt, cut to ``max_lines`` and ``max_chars``, or None."""
+        path = self.session_dir(session_id) / LONG_TERM_FILE
+        if path.is_symlink():
+            return None
+        text = _read_text(path)
+        if text is None or not text.strip():
+            return None
+        text = text.strip("\n")
+        lines = text.splitlines()
+        total_lines, total_chars = len(lines), len(text)
+        kept = "\n".join(lines[:max_lines])
+        if len(kept) > max_chars:
+            # Cut at the last whole line that fits; a single over-long line is cut hard.
+            head = kept[:max_chars + 1]
+            kept = head[:head.rfind("\n")] if "\n" in head else kept[:max_chars]
+        if kept == text:
+            return text
+        shown = len(kept.splitlines())
+        return (kept + f"\n[{LONG_TERM_FILE} cut: showing {shown} of {total_lines} lines, "
+                f"{len(kept):,} of {total_chars:,} characters]")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
