@@ -45,6 +45,8 @@ class Services:
     agent: Agent
     dispatcher: Dispatcher
     commands: CommandRegistry
+    summarizer: Any = None
+    plugins: Any = None
     channels: list[BaseChannel] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
 

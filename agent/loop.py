@@ -8,7 +8,6 @@ overflow recovery of §2.3.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -190,7 +189,7 @@ class Agent:
         await self._apply(state, prepared, "trim")
         result.actions.extend(prepared.actions)
         try:
-            return await self.llm.complete(self._render(state, system, final), tools=tools)
+            return await self.llm.complete(self._render(state, system, final), tools=tools, model=cfg.model)
         except ContextOverflowError as exc:
             logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
         # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
@@ -205,7 +204,7 @@ class Agent:
             await self._apply(state, trimmed, None)
             result.actions.append(f"overflow recovery: kept {keep} turn(s)")
             try:
-                return await self.llm.complete(self._render(state, system, final), tools=tools)
+                return await self.llm.complete(self._render(state, system, final), tools=tools, model=cfg.model)
             except ContextOverflowError:
                 logger.warning("session %s: still too long with %d turn(s)", state.session_id, keep)
         await self.clear(state)
@@ -222,8 +221,3 @@ class Agent:
         await self.store.set_summary(state.session_id, None)
 
 
-def describe_tool_calls(message: dict[str, Any]) -> str:
-    """A compact description of an assistant message's tool calls, for logs."""
-    calls = message.get("tool_calls") or []
-    return ", ".join(f"{c['function']['name']}({json.dumps(c['function'].get('arguments', ''))[:40]})"
-                     for c in calls)

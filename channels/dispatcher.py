@@ -58,6 +58,18 @@ class WorkItem:
     received: float = field(default_factory=time.perf_counter)
 
 
+class MessageHooks:
+    """Hooks around a message; the plugin manager overrides them. The defaults change nothing."""
+
+    async def before_agent(self, msg: IncomingMessage, text: str) -> str | None:
+        """Return the text to give the agent, or None to skip the agent (no reply)."""
+        return text
+
+    async def after_reply(self, msg: IncomingMessage, reply: str) -> str:
+        """Return the reply to send."""
+        return reply
+
+
 class Dispatcher:
     """Routes messages from every channel to commands or the agent, and replies."""
 
@@ -77,6 +89,7 @@ class Dispatcher:
         self.sessions = sessions
         self.commands = commands or CommandRegistry()
         self.services = services
+        self.hooks = MessageHooks()
         self.channels: dict[str, BaseChannel] = {}
         self.admin_grants: set[str] = set()
         self._queues: dict[str, asyncio.Queue[WorkItem]] = {}
@@ -249,6 +262,8 @@ class Dispatcher:
             else:
                 reply, tool_calls = await self._run_agent(item)
             if reply:
+                reply = await self.hooks.after_reply(item.message, reply)
+            if reply:
                 await self.send(item.message, reply)
         except asyncio.CancelledError:
             raise
@@ -266,7 +281,10 @@ class Dispatcher:
         state = await self.sessions.get(item.info)
         async with state.lock:
             if item.user_seq is None:
-                await self.agent.add_user_message(state, item.text, item.inbox_id)
+                text = await self.hooks.before_agent(item.message, item.text)
+                if text is None:
+                    return "", 0
+                await self.agent.add_user_message(state, text, item.inbox_id)
             else:
                 answer = await self._stored_answer(item)
                 if answer is not None:
