@@ -40,9 +40,9 @@ class RecordingChannel(BaseChannel):
         """The replies' text, in order."""
         return [text for _, text in self.sent]
 
-    async def wait_for(self, n: int, timeout: float = 5.0) -> list[str]:
+    async def wait_for(self, n: int, within: float = 5.0) -> list[str]:
         """Wait until ``n`` replies were sent."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             while len(self.sent) < n:
                 self._changed.clear()
                 await self._changed.wait()
