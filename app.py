@@ -21,10 +21,12 @@ from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from agent.tools.current_time import current_time
+from agent.tools.memory_tools import MEMORY_TOOLS
 from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
 from config import Config, ConfigHolder, load_config
+from memory.daily import DailyMemory
 from memory.store import ConversationStore
 
 logger = logging.getLogger("app")
@@ -116,10 +118,13 @@ class App:
         store = ConversationStore(cfg.database_url())
         await store.open()
         llm = build_llm(cfg)
-        tools = ToolRegistry([current_time])
+        tools = ToolRegistry([current_time, *MEMORY_TOOLS])
+        daily = DailyMemory(cfg.data_path() / "memory", cfg.zone())
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)
-        agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=sink)
+        agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=sink, notes=daily.long_term_notes)
+        # Load the tokenizer off the event loop now, not on the first message.
+        await asyncio.to_thread(agent.counter, cfg.model)
         commands = CommandRegistry()
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.context import CtxMessage
-
 from agent.errors import AuthLLMError, NotConfiguredError, TransientLLMError
 from agent.llm import NO_MODEL_HINT
 from agent.loop import Agent
