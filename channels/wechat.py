@@ -79,6 +79,7 @@ class WeChatChannel(BaseChannel):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._logged_in = threading.Event()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._seen_lock = threading.Lock()
         self._scanned_logged = False
@@ -94,6 +95,11 @@ class WeChatChannel(BaseChannel):
     def status_path(self) -> Path:
         """The hot-reload login status file."""
         return self._data_dir / STATUS_FILE
+
+    @property
+    def logged_in(self) -> bool:
+        """True while logged in and receiving."""
+        return self._logged_in.is_set()
 
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -138,6 +144,7 @@ class WeChatChannel(BaseChannel):
                 return
             self.bot_username = core.storageClass.nickName or ""
             logger.info("wechat: logged in as %s", self.bot_username)
+            self._logged_in.set()
             while core.alive and not self._stopping.is_set():
                 core.configured_reply()
             if not self._stopping.is_set():
@@ -149,6 +156,7 @@ class WeChatChannel(BaseChannel):
         except BaseException as exc:  # nothing in this thread may take the bot down
             logger.error("wechat: stopped by %s: %s; %s", type(exc).__name__, exc, _OFF)
         finally:
+            self._logged_in.clear()
             self._end_session()
 
     def _end_session(self) -> None:

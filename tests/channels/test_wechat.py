@@ -146,7 +146,7 @@ async def test_private_message_and_reply(h1: Harness) -> None:
     assert msg.message_id == "4242"
     assert msg.extra == {"to_user_name": login.alice, "bot_user_name": login.bot}
     assert abs(msg.time.timestamp() - time.time()) < 5 and msg.time.tzinfo is not None
-    assert h1.channel.bot_username == BOT_NICK
+    assert h1.channel.bot_username == BOT_NICK and h1.channel.logged_in
 
     await h1.channel.send(msg, "hello Alice")
     assert h1.core.send.calls == [("hello Alice", login.alice)]
@@ -318,6 +318,15 @@ async def test_unknown_chat_cannot_be_resolved(cfg: Config) -> None:
 
 
 # --- login and lifecycle -------------------------------------------------------------------------
+async def until_logged_in(channel: WeChatChannel) -> None:
+    """Wait until the itchat thread has logged in and is receiving."""
+    for _ in range(200):
+        if channel.logged_in:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not logged in")
+
+
 async def thread_ended(channel: WeChatChannel) -> None:
     """Wait until the itchat thread has ended by itself (before stop() could end it)."""
     thread = channel._thread
@@ -424,7 +433,7 @@ async def test_stop_keeps_login_for_hot_reload(h1: Harness) -> None:
     feed(h1.core, raw(login.alice, login.bot, "hi"))
     await h1.next()
     await h1.channel.stop()
-    assert h1.core.alive is False
+    assert h1.core.alive is False and not h1.channel.logged_in
     assert len(await asyncio.to_thread(h1.channel.status_path.read_bytes)) > 0
     await h1.channel.stop()  # idempotent
 
@@ -441,10 +450,7 @@ async def test_stop_without_hot_reload_logs_out(tmp_path: Path) -> None:
     core.logout = logout
     channel = WeChatChannel(Config(data_dir=str(tmp_path), wechat_hot_reload=False), core=core)
     await channel.start()
-    for _ in range(100):
-        if core.alive:
-            break
-        await asyncio.sleep(0.01)
+    await until_logged_in(channel)
     started = time.monotonic()
     await channel.stop()
     assert time.monotonic() - started < 1.0  # the wake-up message ends configured_reply's 1 s wait
@@ -457,13 +463,91 @@ async def test_logged_out_from_phone_is_one_error_line(cfg: Config, caplog: pyte
     logs_in(core)
     channel = WeChatChannel(cfg, core=core)
     await channel.start()
-    for _ in range(100):
-        if core.alive:
-            break
-        await asyncio.sleep(0.01)
+    await until_logged_in(channel)
     core.alive = False  # itchat's receiving loop ends like this, then calls exitCallback
     channel._wake()
     await thread_ended(channel)
     await channel.stop()
     errors = channel_errors(caplog)
     assert len(errors) == 1 and errors[0].startswith("wechat: logged out")
+
+
+def offline_login_steps(core: Any, monkeypatch: pytest.MonkeyPatch, statuses: list[str]) -> list[str]:
+    """Run itchat's real auto_login/login offline: only its network steps are swapped on the instance."""
+    monkeypatch.setattr("itchat.components.register.test_connect", lambda retryTime=5: True)
+    checks: list[str] = []
+
+    def get_qr_uuid() -> str:
+        core.uuid = "REALUUID"
+        return core.uuid
+
+    def check_login(uuid: str | None = None) -> str:
+        status = statuses.pop(0) if statuses else "408"
+        checks.append(status)
+        if status == "400":
+            core.isLogging = False  # what process_login_info does when the account may not use web WeChat
+        time.sleep(0.01)
+        return status
+
+    core.get_QRuuid = get_qr_uuid
+    core.check_login = check_login
+    return checks
+
+
+async def test_real_itchat_login_draws_qr_and_stop_aborts_it(
+        cfg: Config, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.INFO, logger="channels.wechat")
+    core = make_core(Login("e"))
+    core.storageClass.userName = None  # not logged in yet
+    checks = offline_login_steps(core, monkeypatch, ["408", "201", "408"])
+    channel = WeChatChannel(cfg, core=core)
+    await channel.start()
+    qr = channel.qr_path
+    for _ in range(200):
+        if len(checks) >= 3:
+            break
+        await asyncio.sleep(0.01)
+    png = await asyncio.to_thread(qr.read_bytes)
+    assert png.startswith(b"\x89PNG")  # itchat's own QR image, saved in data_dir
+    await channel.stop()
+    out = capsys.readouterr()
+    assert "▀" in out.out + out.err
+    messages = [r.getMessage() for r in caplog.records if r.name == "channels.wechat"]
+    assert any("https://login.weixin.qq.com/l/REALUUID" in m and str(qr) in m for m in messages)
+    assert "wechat: QR code scanned; confirm the login on the phone" in messages
+    assert "wechat: login stopped" in messages
+    assert channel_errors(caplog) == []
+
+
+async def test_real_itchat_login_refused_is_one_error_line(
+        cfg: Config, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    core = make_core(Login("f"))
+    offline_login_steps(core, monkeypatch, ["201", "400"])
+    channel = WeChatChannel(cfg, core=core)
+    await channel.start()
+    await thread_ended(channel)
+    await channel.stop()
+    errors = channel_errors(caplog)
+    assert len(errors) == 1 and errors[0].startswith("wechat: login failed: WeChat refused the web login")
+    assert core.alive is False
+
+
+async def test_stop_does_not_wait_forever_for_a_stuck_login(
+        cfg: Config, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("channels.wechat.JOIN_TIMEOUT_S", 0.1)
+    core = make_core(Login("0"))
+    release = threading.Event()
+    core.auto_login = lambda **kwargs: release.wait(5)  # a request to WeChat that hangs
+    channel = WeChatChannel(cfg, core=core)
+    await channel.start()
+    thread = channel._thread
+    started = time.monotonic()
+    await channel.stop()
+    assert time.monotonic() - started < 1.0
+    assert any(r.levelno == logging.WARNING and "did not end within" in r.getMessage() for r in caplog.records)
+    assert channel_errors(caplog) == []
+    release.set()
+    assert thread is not None
+    await asyncio.to_thread(thread.join, 2)
+    assert not thread.is_alive()
