@@ -63,7 +63,7 @@ class CleanupJob:
         self.last_stats: CleanupStats | None = None
         self._lock = asyncio.Lock()
         self._stopping = False
-        self._task: asyncio.Task[CleanupStats] | None = None
+        self._task: asyncio.Task[CleanupStats | None] | None = None
         self._schedule: tuple[int, str] | None = None
 
     @property
@@ -115,11 +115,14 @@ class CleanupJob:
         return job.next_run_time if job else None
 
     def stop(self) -> None:
-        """Stop scheduling; a run in progress ends after its current batch (see :meth:`wait_stopped`)."""
+        """Stop scheduling; a run in progress ends after its current batch (see :meth:`wait_stopped`).
+
+        Until the next :meth:`start`, :meth:`run_once` returns at once without deleting anything.
+        """
         self._stopping = True
         if self.scheduler is not None and self.scheduler.running:
-            # wait=False: the asyncio executor cannot wait anyway; it cancels its own wrapper tasks,
-            # which only shield the real run (run_scheduled), so no transaction is cut half-way.
+            # wait=False: the asyncio executor cannot wait anyway. A run in progress is our own task
+            # (see run_scheduled); it sees the stop flag and ends after its current batch.
             self.scheduler.shutdown(wait=False)
         self.scheduler = None
 
@@ -135,20 +138,24 @@ class CleanupJob:
             logger.warning("Cleanup did not stop within %.1f s; cancelling it", grace)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        except Exception:  # already logged by run_scheduled
-            pass
 
     # --- running ------------------------------------------------------------------------------
-    async def run_scheduled(self) -> CleanupStats | None:
-        """The scheduled entry point: skip if a run is in progress, log failures instead of raising."""
-        if self._lock.locked():
+    async def run_scheduled(self) -> asyncio.Task[CleanupStats | None] | None:
+        """The scheduled entry point: start a run in the background, unless one is in progress.
+
+        Returns the run's task (it logs a failure instead of raising), or None when skipped. The run is
+        not the scheduler's own task, so shutting the scheduler down never cuts a transaction short.
+        """
+        if self._lock.locked() or (self._task is not None and not self._task.done()):
             logger.info("Cleanup already running; skipping this trigger")
             return None
-        task = asyncio.get_running_loop().create_task(self.run_once())
+        task = asyncio.get_running_loop().create_task(self._guarded_run(), name="cleanup")
+        self._task = task
+        return task
+
+    async def _guarded_run(self) -> CleanupStats | None:
         try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            raise
+            return await self.run_once()
         except Exception:
             logger.exception("Cleanup failed")
             return None
@@ -156,11 +163,7 @@ class CleanupJob:
     async def run_once(self, now: datetime | None = None) -> CleanupStats:
         """Delete expired sessions (with their messages) and old answered inbox rows, in batches."""
         async with self._lock:
-            self._task = asyncio.current_task()  # type: ignore[assignment]
-            try:
-                return await self._run(now)
-            finally:
-                self._task = None
+            return await self._run(now)
 
     async def _run(self, now: datetime | None) -> CleanupStats:
         started = time.perf_counter()
