@@ -7,6 +7,7 @@ Everything a user said is written here before the model sees it. Trimming only m
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -16,9 +17,9 @@ from sqlalchemy import delete, event, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from memory.migrations import upgrade_to_head
 from memory.models import (
     AdminGrantRow,
-    Base,
     InboxRow,
     MessageRow,
     SessionRow,
@@ -27,6 +28,11 @@ from memory.models import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Connection pool of a PostgreSQL engine: enough for max_concurrent_turns' bursts, checked before use
+#: (a server restart must not fail the next turn) and recycled before typical idle-connection timeouts.
+POSTGRES_POOL: dict[str, Any] = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True, "pool_recycle": 1800,
+                                 "pool_timeout": 30}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +120,7 @@ class ConversationStore:
             # is a redundant round trip to the SQLite thread on every operation.
             kwargs.update(pool_reset_on_return=None)
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True, pool_recycle=1800)
+            kwargs.update(POSTGRES_POOL)
         self.engine = create_async_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
@@ -123,10 +129,13 @@ class ConversationStore:
             await self.migrate()
 
     async def migrate(self) -> None:
-        """Create missing tables."""
-        assert self.engine is not None
+        """Apply the Alembic migrations up to head (a no-op when the database is already there)."""
+        assert self.engine is not None, "store is not open"
+        started = time.perf_counter()
         async with self.engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
+            before, head = await conn.run_sync(upgrade_to_head)
+        logger.info("Database schema at %s (was %s), checked in %.0f ms", head, before or "empty",
+                    (time.perf_counter() - started) * 1000)
 
     async def close(self) -> None:
         """Dispose of the engine."""
@@ -319,17 +328,36 @@ class ConversationStore:
     async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200) -> tuple[int, int]:
         """Delete one batch of sessions idle since before ``cutoff``, with their messages.
 
-        Returns ``(sessions, messages)`` deleted in this batch.
+        Returns ``(sessions, messages)`` deleted in this batch. A session that becomes active while the
+        batch runs is kept: the condition is checked again under the write lock (SQLite) or row locks
+        (PostgreSQL, which also skips sessions a running turn holds).
         """
+        pick = (select(SessionRow.session_id).where(SessionRow.last_active < cutoff)
+                .order_by(SessionRow.last_active, SessionRow.session_id).limit(batch))
+        if self.dialect == "postgresql":
+            pick = pick.with_for_update(skip_locked=True)
         async with self._s() as s, s.begin():
-            ids = (await s.execute(select(SessionRow.session_id).where(SessionRow.last_active < cutoff)
-                                   .limit(batch))).scalars().all()
+            ids = (await s.execute(pick)).scalars().all()
             if not ids:
                 return 0, 0
-            msgs = await s.execute(delete(MessageRow).where(MessageRow.session_id.in_(ids)))
-            await s.execute(delete(SummaryJobRow).where(SummaryJobRow.session_id.in_(ids)))
-            await s.execute(delete(SessionRow).where(SessionRow.session_id.in_(ids)))
-            return len(ids), msgs.rowcount or 0
+            expired = select(SessionRow.session_id).where(SessionRow.session_id.in_(ids),
+                                                          SessionRow.last_active < cutoff)
+            msgs = await s.execute(delete(MessageRow).where(MessageRow.session_id.in_(expired)))
+            await s.execute(delete(SummaryJobRow).where(SummaryJobRow.session_id.in_(expired)))
+            sessions = await s.execute(delete(SessionRow).where(SessionRow.session_id.in_(ids),
+                                                                SessionRow.last_active < cutoff))
+            return sessions.rowcount or 0, msgs.rowcount or 0
+
+    async def prune_inbox(self, cutoff: datetime, batch: int = 1000) -> int:
+        """Delete one batch of answered inbox rows created before ``cutoff``; return how many."""
+        pick = (select(InboxRow.id).where(InboxRow.status == "done", InboxRow.created_at < cutoff)
+                .order_by(InboxRow.id).limit(batch))
+        async with self._s() as s, s.begin():
+            ids = (await s.execute(pick)).scalars().all()
+            if not ids:
+                return 0
+            result = await s.execute(delete(InboxRow).where(InboxRow.id.in_(ids)))
+            return result.rowcount or 0
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

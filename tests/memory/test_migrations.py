@@ -1,0 +1,181 @@
+"""Alembic migrations: they build exactly the models' schema, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+
+from memory.migrations import BASELINE, alembic_config, current_revision, head_revision, upgrade_to_head
+from memory.models import Base
+from memory.store import ConversationStore
+
+MODEL_TABLES = {"sessions", "messages", "inbox", "summary_jobs", "admin_grants"}
+
+
+def schema_of(conn: Connection) -> dict[str, Any]:
+    """Tables, columns, indexes, unique constraints and foreign keys, as the database reports them."""
+    insp = inspect(conn)
+    out: dict[str, Any] = {}
+    for table in insp.get_table_names():
+        out[table] = {
+            "columns": {c["name"]: c["nullable"] for c in insp.get_columns(table)},
+            "pk": insp.get_pk_constraint(table)["constrained_columns"],
+            "indexes": {i["name"]: (tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(table)},
+            "unique": {tuple(u["column_names"]) for u in insp.get_unique_constraints(table)},
+            "fks": {(tuple(f["constrained_columns"]), f["referred_table"], (f.get("options") or {}).get("ondelete"))
+                    for f in insp.get_foreign_keys(table)},
+        }
+    return out
+
+
+async def open_store(db_url: str, *, create_tables: bool = True) -> ConversationStore:
+    """An opened store."""
+    store = ConversationStore(db_url, create_tables=create_tables)
+    await store.open()
+    return store
+
+
+def model_schema() -> dict[str, Any]:
+    """What the models declare, in the shape of :func:`schema_of`."""
+    out: dict[str, Any] = {}
+    for table in Base.metadata.sorted_tables:
+        out[table.name] = {
+            "columns": {c.name: c.nullable for c in table.columns},
+            "pk": [c.name for c in table.primary_key.columns],
+            "indexes": {i.name: (tuple(c.name for c in i.columns), bool(i.unique)) for i in table.indexes},
+            "unique": {tuple(c.name for c in u.columns) for u in table.constraints
+                       if type(u).__name__ == "UniqueConstraint"},
+            "fks": {(tuple(fk.parent.name for fk in c.elements), c.elements[0].column.table.name, c.ondelete)
+                    for c in table.foreign_key_constraints},
+        }
+    return out
+
+
+class TestMigrations:
+    """Alembic on every backend."""
+
+    async def test_upgrade_from_empty_matches_models(self, db_url: str) -> None:
+        store = await open_store(db_url)
+        try:
+            assert store.engine is not None
+            async with store.engine.connect() as conn:
+                schema = await conn.run_sync(schema_of)
+                revision = await conn.run_sync(current_revision)
+        finally:
+            await store.close()
+        assert set(schema) == MODEL_TABLES | {"alembic_version"}
+        del schema["alembic_version"]
+        expected = model_schema()
+        assert set(expected) == MODEL_TABLES
+        for table in MODEL_TABLES:
+            # SQLite reports unique constraints as constraints and PostgreSQL too; neither lists them as indexes
+            got = schema[table]
+            got["indexes"] = {k: v for k, v in got["indexes"].items() if not k.startswith("uq_")}
+            assert got == expected[table], table
+        assert revision == head_revision()
+
+    async def test_models_and_migrations_do_not_differ(self, db_url: str) -> None:
+        store = await open_store(db_url)
+        try:
+            assert store.engine is not None
+            async with store.engine.connect() as conn:
+                diff = await conn.run_sync(lambda c: compare_metadata(
+                    MigrationContext.configure(c, opts={"compare_type": True, "compare_server_default": True}),
+                    Base.metadata))
+        finally:
+            await store.close()
+        assert diff == []
+
+    async def test_second_migrate_is_a_quick_no_op(self, db_url: str, caplog: pytest.LogCaptureFixture) -> None:
+        store = await open_store(db_url)
+        try:
+            assert store.engine is not None
+            async with store.engine.begin() as conn:
+                await conn.execute(text("INSERT INTO admin_grants (user_key, granted_at) "
+                                        "VALUES ('telegram:1', CURRENT_TIMESTAMP)"))
+            caplog.set_level(logging.INFO)
+            started = time.perf_counter()
+            await store.migrate()
+            elapsed = time.perf_counter() - started
+            async with store.engine.begin() as conn:
+                assert await conn.run_sync(upgrade_to_head) == (head_revision(), head_revision())
+            assert await store.admin_grants() == {"telegram:1"}
+        finally:
+            await store.close()
+        assert not [r for r in caplog.records if "Running upgrade" in r.getMessage()]
+        assert elapsed < 0.5
+        # a fresh process start on an existing database: open() including the check
+        started = time.perf_counter()
+        store = await open_store(db_url)
+        await store.close()
+        assert time.perf_counter() - started < 2.0
+
+    async def test_adopts_a_database_created_before_migrations(self, db_url: str) -> None:
+        store = await open_store(db_url, create_tables=False)
+        try:
+            assert store.engine is not None
+            async with store.engine.begin() as conn:
+                await conn.run_sync(Base.metadata.create_all)
+                await conn.execute(text("INSERT INTO admin_grants (user_key, granted_at) "
+                                        "VALUES ('telegram:1', CURRENT_TIMESTAMP)"))
+            async with store.engine.connect() as conn:
+                assert await conn.run_sync(current_revision) is None
+            await store.migrate()
+            async with store.engine.connect() as conn:
+                assert await conn.run_sync(current_revision) == head_revision()
+            assert await store.admin_grants() == {"telegram:1"}
+        finally:
+            await store.close()
+        assert BASELINE == "0001"
+
+    async def test_unknown_revision_fails_clearly(self, db_url: str) -> None:
+        store = await open_store(db_url)
+        try:
+            assert store.engine is not None
+            async with store.engine.begin() as conn:
+                await conn.execute(text("UPDATE alembic_version SET version_num = 'zz99'"))
+            with pytest.raises(RuntimeError, match="revision 'zz99', which this version does not know"):
+                await store.migrate()
+        finally:
+            await store.close()
+
+    async def test_downgrade_to_base_and_up_again(self, db_url: str) -> None:
+        store = await open_store(db_url)
+        try:
+            assert store.engine is not None
+            async with store.engine.begin() as conn:
+                await conn.run_sync(lambda c: command.downgrade(alembic_config(c), "base"))
+            async with store.engine.connect() as conn:
+                assert set(await conn.run_sync(lambda c: inspect(c).get_table_names())) == {"alembic_version"}
+            await store.migrate()
+            async with store.engine.connect() as conn:
+                tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+            assert tables == MODEL_TABLES | {"alembic_version"}
+        finally:
+            await store.close()
+
+
+def test_command_line_environment_upgrades_a_url(db_url: str) -> None:
+    """``alembic upgrade head`` without the store (env.py opens its own async engine)."""
+    cfg = alembic_config()
+    cfg.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
+    command.upgrade(cfg, "head")
+    command.upgrade(cfg, "head")
+    from sqlalchemy import create_engine
+
+    sync_url = db_url.replace("+aiosqlite", "")
+    engine = create_engine(sync_url)
+    try:
+        with engine.connect() as conn:
+            assert set(inspect(conn).get_table_names()) == MODEL_TABLES | {"alembic_version"}
+            assert current_revision(conn) == head_revision()
+    finally:
+        engine.dispose()
