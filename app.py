@@ -22,6 +22,7 @@ from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from agent.tools.current_time import current_time
 from agent.tools.memory_tools import MEMORY_TOOLS
+from agent.tools.web_fetch import WEB_FETCH
 from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
@@ -118,7 +119,7 @@ class App:
         store = ConversationStore(cfg.database_url())
         await store.open()
         llm = build_llm(cfg)
-        tools = ToolRegistry([current_time, *MEMORY_TOOLS])
+        tools = ToolRegistry([current_time, WEB_FETCH, *MEMORY_TOOLS])
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone())
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)
