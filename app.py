@@ -27,6 +27,7 @@ from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
 from config import Config, ConfigHolder, load_config
+from memory.cleanup import CleanupJob
 from memory.daily import DailyMemory
 from memory.store import ConversationStore
 
@@ -153,6 +154,9 @@ class App:
                 except Exception:  # noqa: BLE001 - one broken channel must not stop the others
                     logger.exception("channel %s failed to start", channel.name)
             await services.dispatcher.resume_pending()
+            cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
+            cleanup.start()
+            services.config.on_change(lambda old, new: cleanup.reschedule())
             await self._wait(services)
         finally:
             await self.shutdown(services)
@@ -175,6 +179,9 @@ class App:
     async def shutdown(self, services: Services) -> None:
         """Stop in order: intake, in-flight turns, background jobs, channels, database."""
         logger.info("stopping")
+        cleanup = services.extras.get("cleanup")
+        if cleanup is not None:
+            cleanup.stop()
         await services.dispatcher.drain(TURN_GRACE_SECONDS)
         for channel in reversed(services.channels):
             try:
@@ -185,6 +192,8 @@ class App:
         if close is not None:
             with contextlib.suppress(Exception):
                 await close()
+        if cleanup is not None:
+            await cleanup.wait_stopped(2.0)
         await services.store.close()
         logger.info("stopped")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,12 @@ class DropSink(Protocol):
         """Take the messages ``from_seq..through_seq`` of a session for summarising (journalled, then run
         in the background: this must return quickly)."""
         ...
+
+
+#: Contexts idle this long are dropped from memory. Far below the shortest retention (1 day), so the
+#: cleanup job never deletes a session whose context is still held here.
+IDLE_EVICT_SECONDS = 6 * 3600.0
+SWEEP_INTERVAL = 60.0
 
 
 class LoggingDropSink:
@@ -49,6 +56,7 @@ class SessionState:
     summary_turns: int = 0
     summarized_through_seq: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_used: float = field(default_factory=time.monotonic)
 
     @property
     def session_id(self) -> str:
@@ -85,11 +93,13 @@ class SessionManager:
     """Holds loaded session contexts, at most ``max_cached`` of them (least recently used evicted)."""
 
     def __init__(self, store: ConversationStore, config: Callable[[], Any], sink: DropSink,
-                 max_cached: int = 2000) -> None:
+                 max_cached: int = 2000, max_idle: float = IDLE_EVICT_SECONDS) -> None:
         self.store = store
         self.config = config
         self.sink = sink
         self.max_cached = max_cached
+        self.max_idle = max_idle
+        self._last_sweep = time.monotonic()
         self._states: OrderedDict[str, SessionState] = OrderedDict()
         self._loading: dict[str, asyncio.Future] = {}
 
@@ -102,9 +112,13 @@ class SessionManager:
 
     async def get(self, info: SessionInfo) -> SessionState:
         """The session's context, restored from the store on first use."""
+        now = time.monotonic()
+        if now - self._last_sweep > SWEEP_INTERVAL:
+            self._sweep(now)
         state = self._states.get(info.session_id)
         if state is not None:
             self._states.move_to_end(info.session_id)
+            state.last_used = now
             return state
         pending = self._loading.get(info.session_id)
         if pending is not None:
@@ -133,6 +147,13 @@ class SessionManager:
                     break
             else:
                 return
+
+    def _sweep(self, now: float) -> None:
+        """Drop contexts idle for ``max_idle`` seconds (LRU order: the idlest come first)."""
+        self._last_sweep = now
+        for sid in [sid for sid, st in self._states.items()
+                    if now - st.last_used > self.max_idle and not st.lock.locked()]:
+            del self._states[sid]
 
     def forget(self, session_id: str) -> None:
         """Drop a session's in-memory context; it is rebuilt from the store when next needed."""
