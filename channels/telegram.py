@@ -1,0 +1,417 @@
+"""The Telegram channel: python-telegram-bot 22 with a manual lifecycle on the shared event loop.
+
+Polling or webhook. Updates of one chat are handed to the dispatcher in order, while different chats are
+processed concurrently (:class:`ChatOrderedUpdateProcessor`). Replies are split at Telegram's
+4,096-character limit, rendered from Markdown to Telegram HTML, and resent as plain text when Telegram
+rejects the markup. A rejected token or an unreachable API leaves the channel inactive with one log line,
+so the other channels keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import warnings
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
+from telegram.ext import AIORateLimiter, Application, BaseUpdateProcessor, ContextTypes, MessageHandler, filters
+from telegram.request import HTTPXRequest
+from telegram.warnings import PTBDeprecationWarning
+
+from channels.base import BaseChannel, IncomingMessage
+from channels.markdown import balance_fence, markdown_to_html
+
+logger = logging.getLogger(__name__)
+
+# Opt in to PTB 23's timedelta durations now: PTB 22.2+ otherwise warns on every flood-control error
+# (``RetryAfter``), even from inside its own constructor.
+os.environ.setdefault("PTB_TIMEDELTA", "1")
+
+#: Telegram's limit for one message's text.
+MAX_MESSAGE_LENGTH = 4096
+#: The command menu registered at start.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("help", "Show the commands"),
+    ("context", "Show what the bot remembers of this chat"),
+    ("compact", "Summarise the conversation now"),
+    ("config", "Show or change settings (admins)"),
+    ("auth", "Become an admin with the password"),
+)
+#: Attachment kinds, in the order they are checked (animation before document: a GIF is both).
+CONTENT_KINDS: tuple[str, ...] = (
+    "sticker", "photo", "voice", "video_note", "video", "animation", "audio", "document", "location", "venue",
+    "contact", "poll", "dice", "game", "story", "invoice", "paid_media",
+)
+#: Service messages (members joining, pins, ...) are not conversation and are not delivered.
+SERVICE_FIELDS: tuple[str, ...] = (
+    "new_chat_members", "left_chat_member", "new_chat_title", "new_chat_photo", "delete_chat_photo",
+    "group_chat_created", "supergroup_chat_created", "channel_chat_created", "migrate_to_chat_id",
+    "migrate_from_chat_id", "pinned_message", "message_auto_delete_timer_changed", "forum_topic_created",
+    "forum_topic_edited", "forum_topic_closed", "forum_topic_reopened", "video_chat_started",
+    "video_chat_ended", "video_chat_scheduled", "video_chat_participants_invited", "write_access_allowed",
+)
+TOKEN_REJECTED = "telegram: the bot token was rejected; check telegram_bot_token / TELEGRAM_BOT_TOKEN"
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, the unit of Telegram's limits."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _prefix_within(text: str, limit: int) -> int:
+    """The largest index ``i`` with ``utf16_len(text[:i]) <= limit``."""
+    if utf16_len(text) <= limit:
+        return len(text)
+    units = 0
+    for i, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > limit:
+            return i
+    return len(text)
+
+
+def split_text(text: str, limit: int = MAX_MESSAGE_LENGTH) -> list[str]:
+    """Split into chunks of at most ``limit`` UTF-16 units: on a line end, else a space, else hard.
+
+    Joining the chunks gives back ``text`` exactly.
+    """
+    chunks: list[str] = []
+    rest = text
+    while utf16_len(rest) > limit:
+        end = _prefix_within(rest, limit)
+        window = rest[:end]
+        floor = end // 4
+        cut = window.rfind("\n") + 1
+        if cut <= floor:
+            cut = window.rfind(" ") + 1
+        if cut <= floor:
+            cut = end
+        chunks.append(rest[:cut])
+        rest = rest[cut:]
+    if rest:
+        chunks.append(rest)
+    return chunks
+
+
+def render_chunks(text: str, limit: int = MAX_MESSAGE_LENGTH) -> list[tuple[str, str | None]]:
+    """Split Markdown into ``(source, html)`` pairs whose HTML fits ``limit`` UTF-16 units.
+
+    A piece whose HTML is too long (escapes, long link targets) is cut shorter until it fits; ``html`` is
+    None where even 256 characters do not fit (that piece goes as plain text). A code fence split across
+    pieces is closed and reopened. Joining the sources gives back ``text``.
+    """
+    out: list[tuple[str, str | None]] = []
+    rest, opener = text, ""
+    while rest:
+        budget = limit
+        while True:
+            source = split_text(rest, budget)[0]
+            balanced, next_opener = balance_fence(source, opener)
+            rendered: str | None = markdown_to_html(balanced)
+            size = utf16_len(rendered)
+            if size <= limit:
+                break
+            if budget <= 256:
+                rendered = None
+                break
+            budget = max(256, min(budget - 64, int(budget * limit / size * 0.95)))
+        out.append((source, rendered or None))
+        rest, opener = rest[len(source):], next_opener
+    return out
+
+
+class ChatOrderedUpdateProcessor(BaseUpdateProcessor):
+    """Process updates concurrently across chats but in order within one chat."""
+
+    def __init__(self, max_concurrent_updates: int = 64) -> None:
+        super().__init__(max_concurrent_updates)
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        """Run the handlers of ``update`` after earlier updates of the same chat."""
+        chat = update.effective_chat if isinstance(update, Update) else None
+        if chat is None:
+            await coroutine
+            return
+        lock, users = self._locks.get(chat.id) or (asyncio.Lock(), 0)
+        self._locks[chat.id] = (lock, users + 1)
+        try:
+            async with lock:
+                await coroutine
+        finally:
+            lock, users = self._locks[chat.id]
+            if users <= 1:
+                del self._locks[chat.id]
+            else:
+                self._locks[chat.id] = (lock, users - 1)
+
+    async def initialize(self) -> None:
+        """Nothing to set up."""
+
+    async def shutdown(self) -> None:
+        """Nothing to tear down."""
+
+
+def file_url_for(base_url: str) -> str:
+    """The ``base_file_url`` matching a ``base_url`` (``.../bot`` -> ``.../file/bot``)."""
+    if base_url.endswith("/bot"):
+        return base_url[: -len("/bot")] + "/file/bot"
+    return base_url.rstrip("/") + "/file/bot"
+
+
+class TelegramChannel(BaseChannel):
+    """Telegram through python-telegram-bot, polling or webhook."""
+
+    name = "telegram"
+
+    def __init__(self, config: Any, *, poll_timeout: float = 10.0) -> None:
+        super().__init__()
+        self.config = config
+        self.poll_timeout = poll_timeout
+        self.app: Application | None = None
+        self.active = False
+        self.bot_id: int | None = None
+        base = (config.telegram_base_url or "https://api.telegram.org/bot").rstrip("/")
+        self.base_url = base
+        self.base_file_url = file_url_for(base)
+        token = config.telegram_bot_token or ""
+        #: sent by Telegram with every webhook call, so forged posts are refused
+        self.webhook_secret = hashlib.sha256(("webhook:" + token).encode()).hexdigest()[:32]
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect, register the command menu and start receiving; log one line and stay inactive on failure."""
+        cfg = self.config
+        if not cfg.telegram_bot_token:
+            logger.error("telegram: no bot token; set telegram_bot_token / TELEGRAM_BOT_TOKEN")
+            return
+        if cfg.telegram_mode == "webhook" and not cfg.telegram_webhook_url:
+            logger.error("telegram: telegram_mode is webhook but telegram_webhook_url is empty")
+            return
+        app = self._build()
+        try:
+            await app.initialize()
+        except (InvalidToken, Forbidden):
+            logger.error(TOKEN_REJECTED)
+            await app.bot.shutdown()
+            return
+        except TelegramError as exc:
+            logger.error("telegram: cannot reach the Bot API at %s (%s); the channel is inactive", self.base_url, exc)
+            await app.bot.shutdown()
+            return
+        self.app = app
+        self.bot_id = app.bot.id
+        self.bot_username = app.bot.username or ""
+        try:
+            await app.bot.set_my_commands([BotCommand(name, desc) for name, desc in COMMANDS])
+        except TelegramError as exc:
+            logger.warning("telegram: could not register the command menu: %s", exc)
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_update))
+        app.add_error_handler(self._on_error)
+        await app.start()
+        try:
+            await self._start_updater(app)
+        except TelegramError as exc:
+            logger.error("telegram: cannot start %s mode: %s; the channel is inactive", cfg.telegram_mode, exc)
+            await self._shutdown(app)
+            self.app = None
+            return
+        self.active = True
+        logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
+
+    def _build(self) -> Application:
+        request = HTTPXRequest(connection_pool_size=16, connect_timeout=10, read_timeout=20, write_timeout=20,
+                               pool_timeout=10)
+        # Long polls add their own timeout to read_timeout.
+        updates_request = HTTPXRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
+                                       write_timeout=10, pool_timeout=10)
+        builder = (
+            Application.builder()
+            .token(self.config.telegram_bot_token)
+            .base_url(self.base_url)
+            .base_file_url(self.base_file_url)
+            .request(request)
+            .get_updates_request(updates_request)
+            .concurrent_updates(ChatOrderedUpdateProcessor(64))
+        )
+        if self.config.telegram_rate_limit:
+            builder = builder.rate_limiter(AIORateLimiter())
+        return builder.build()
+
+    async def _start_updater(self, app: Application) -> None:
+        cfg = self.config
+        assert app.updater is not None
+        if cfg.telegram_mode == "webhook":
+            path = urlsplit(cfg.telegram_webhook_url).path.strip("/") or "telegram"
+            await app.updater.start_webhook(
+                listen=cfg.telegram_webhook_listen, port=cfg.telegram_webhook_port, url_path=path,
+                webhook_url=cfg.telegram_webhook_url, secret_token=self.webhook_secret,
+                allowed_updates=["message"], drop_pending_updates=False, bootstrap_retries=2)
+        else:
+            await app.updater.start_polling(
+                timeout=self.poll_timeout, allowed_updates=["message"], drop_pending_updates=False,
+                bootstrap_retries=2, error_callback=self._on_poll_error)
+
+    async def stop(self) -> None:
+        """Stop receiving and disconnect; safe to call twice or after a failed start."""
+        app, self.app = self.app, None
+        self.active = False
+        if app is not None:
+            await self._shutdown(app)
+
+    @staticmethod
+    async def _shutdown(app: Application) -> None:
+        try:
+            if app.updater is not None and app.updater.running:
+                await app.updater.stop()
+            if app.running:
+                await app.stop()
+        finally:
+            await app.shutdown()
+
+    def _on_poll_error(self, exc: TelegramError) -> None:
+        logger.warning("telegram: polling failed, retrying: %s", exc)
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        logger.error("telegram: error while handling an update", exc_info=context.error)
+
+    # --- incoming ----------------------------------------------------------------------------
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message
+        if message is None:
+            return
+        incoming = self.to_incoming(message)
+        if incoming is not None:
+            await self.deliver(incoming)
+
+    def to_incoming(self, message: Message) -> IncomingMessage | None:
+        """Turn a PTB message into an :class:`IncomingMessage`, or None for a service message."""
+        chat = message.chat
+        text = message.text if message.text is not None else (message.caption or "")
+        content_type = "text" if message.text is not None else ""
+        if not content_type:
+            content_type = next((kind for kind in CONTENT_KINDS if getattr(message, kind, None)), "")
+        if not content_type:
+            if any(getattr(message, name, None) for name in SERVICE_FIELDS):
+                return None
+            content_type = "other"
+        sender = message.from_user
+        if sender is not None:
+            user_id, user_name = str(sender.id), sender.full_name or sender.username or ""
+        elif message.sender_chat is not None:
+            user_id, user_name = str(message.sender_chat.id), message.sender_chat.title or ""
+        else:
+            user_id, user_name = str(chat.id), ""
+        replied = message.reply_to_message
+        reply_to_bot = bool(replied and replied.from_user and replied.from_user.id == self.bot_id)
+        extra: dict[str, Any] = {}
+        if message.is_topic_message and message.message_thread_id:
+            extra["thread_id"] = message.message_thread_id
+        return IncomingMessage(
+            channel=self.name, chat_id=str(chat.id), user_id=user_id, text=text, user_name=user_name,
+            is_group=chat.type in ("group", "supergroup"), group_name=chat.title or "",
+            mentions_bot=self._mentions_bot(message, text), reply_to_bot=reply_to_bot,
+            message_id=f"{chat.id}:{message.message_id}", time=message.date, content_type=content_type,
+            is_from_bot=sender is not None and sender.id == self.bot_id, extra=extra,
+        )
+
+    def _mentions_bot(self, message: Message, text: str) -> bool:
+        name = self.bot_username.lower()
+        entities = message.parse_entities() if message.text is not None else message.parse_caption_entities()
+        for entity, value in entities.items():
+            if entity.type == MessageEntity.MENTION and name and value.lower() == "@" + name:
+                return True
+            if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == self.bot_id:
+                return True
+        return bool(name) and re.search(rf"@{re.escape(name)}\b", text, re.IGNORECASE) is not None
+
+    # --- outgoing ----------------------------------------------------------------------------
+    async def send(self, to: IncomingMessage, text: str) -> None:
+        """Send ``text`` as one or more messages, as HTML where Telegram accepts it, else as plain text."""
+        app = self.app
+        if app is None:
+            logger.warning("telegram: inactive; reply to %s dropped", to.chat_id)
+            return
+        chat_id = int(to.chat_id)
+        base: dict[str, Any] = {}
+        if to.extra.get("thread_id"):
+            base["message_thread_id"] = int(to.extra["thread_id"])
+        reply = _reply_parameters(to)
+        for source, rendered in render_chunks(text):
+            if not source.strip():
+                continue
+            kwargs = dict(base)
+            if reply is not None:
+                kwargs["reply_parameters"], reply = reply, None
+            if rendered is not None:
+                try:
+                    await self._send_one(app, chat_id, rendered, ParseMode.HTML, kwargs)
+                    continue
+                except BadRequest as exc:
+                    if "parse entities" not in str(exc).lower():
+                        raise
+                    logger.warning("telegram: markup rejected (%s); sending plain text", exc)
+            await self._send_one(app, chat_id, source, None, kwargs)
+
+    async def _send_one(self, app: Application, chat_id: int, text: str, parse_mode: str | None,
+                        kwargs: dict[str, Any]) -> None:
+        for attempt in range(3):
+            try:
+                await app.bot.send_message(chat_id, text, parse_mode=parse_mode, **kwargs)
+                return
+            except RetryAfter as exc:
+                if attempt == 2:
+                    raise
+                seconds = _retry_seconds(exc)
+                logger.warning("telegram: flood limit, retrying in %.0fs", seconds)
+                await asyncio.sleep(min(seconds, 60.0))
+            except BadRequest as exc:
+                if "reply" in str(exc).lower() and "reply_parameters" in kwargs:
+                    kwargs = {k: v for k, v in kwargs.items() if k != "reply_parameters"}
+                    continue
+                raise
+
+    async def typing(self, to: IncomingMessage) -> None:
+        """Show "typing…" in the chat; errors are ignored."""
+        app = self.app
+        if app is None:
+            return
+        kwargs: dict[str, Any] = {}
+        if to.extra.get("thread_id"):
+            kwargs["message_thread_id"] = int(to.extra["thread_id"])
+        try:
+            await app.bot.send_chat_action(int(to.chat_id), ChatAction.TYPING, **kwargs)
+        except (TelegramError, ValueError) as exc:
+            logger.debug("telegram: typing action failed: %s", exc)
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    """``RetryAfter.retry_after`` in seconds (an int today, a timedelta in PTB 23), without the warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        delay = exc.retry_after
+    return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+
+
+def _reply_parameters(to: IncomingMessage) -> ReplyParameters | None:
+    """In groups, the first chunk answers the triggering message, so it is clear whom the bot answers."""
+    if not to.is_group or ":" not in to.message_id:
+        return None
+    try:
+        message_id = int(to.message_id.rsplit(":", 1)[1])
+    except ValueError:
+        return None
+    return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
+
+
+__all__ = ["TelegramChannel", "ChatOrderedUpdateProcessor", "split_text", "render_chunks", "utf16_len",
+           "MAX_MESSAGE_LENGTH", "COMMANDS", "TOKEN_REJECTED"]

@@ -1,0 +1,481 @@
+"""A fake Telegram Bot API server on 127.0.0.1 that the real python-telegram-bot talks to.
+
+Point PTB at it with ``base_url=api.base_url`` and ``base_file_url=api.base_file_url`` (or
+``telegram_base_url`` in config.json). Bodies arrive form-encoded or multipart with JSON-encoded values;
+URLs look like ``/bot<TOKEN>/<method>``. ``getUpdates`` is a real long poll honouring ``offset`` and
+``timeout``. A wrong token gets 401 ``Unauthorized``; an unknown method gets 404 ``Not Found``.
+
+Incoming traffic is scripted with :meth:`FakeTelegramAPI.push_text`, :meth:`push_sticker`,
+:meth:`push_message` and :meth:`push_update`. While a webhook is set, pushed updates are POSTed to it
+(from a helper thread, with the secret token header), as Telegram would. What the bot sent is in
+:attr:`sent`, :attr:`actions`, :attr:`commands`, :attr:`edits` and, for every call, :attr:`calls`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.parser
+import email.policy
+import itertools
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from tests.fakes.telegram_html import HTMLParseError, parse_telegram_html
+
+logger = logging.getLogger(__name__)
+
+#: Parameters that PTB sends as plain strings (everything else is JSON-encoded).
+_STRING_PARAMS = frozenset({"text", "parse_mode", "action", "url", "secret_token", "caption", "language_code",
+                            "description", "short_description", "name", "ip_address"})
+MAX_MESSAGE_LENGTH = 4096
+
+
+class TelegramAPIError(Exception):
+    """A Bot API error response."""
+
+    def __init__(self, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(description)
+        self.code = code
+        self.description = description
+        self.parameters = parameters
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, the unit of Telegram entity offsets."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def decode_params(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Decode PTB's form values: JSON-encoded, except plain-string parameters."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in _STRING_PARAMS:
+            out[key] = value
+            continue
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+class FakeTelegramAPI:
+    """A Bot API server for one bot, on a random loopback port, served from a background thread."""
+
+    def __init__(self, *, bot_id: int = 7000001, username: str = "fake_test_bot", first_name: str = "Fake Bot",
+                 token: str | None = None) -> None:
+        self.bot_id = bot_id
+        self.username = username
+        self.token = token or f"{bot_id}:AAFakeTokenForTests-0123456789abcdef"
+        self.bot_user = {"id": bot_id, "is_bot": True, "first_name": first_name, "username": username,
+                         "can_join_groups": True, "can_read_all_group_messages": False,
+                         "supports_inline_queries": False}
+        #: when true, sendMessage/editMessageText with parse_mode=HTML fail with "can't parse entities"
+        self.reject_html = False
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._updates: list[dict[str, Any]] = []
+        self._update_ids = itertools.count(1)
+        self._message_ids = itertools.count(1)
+        self._chats: dict[int, dict[str, Any]] = {}
+        self._failures: dict[str, list[TelegramAPIError]] = {}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.actions: list[dict[str, Any]] = []
+        self.commands: list[list[dict[str, Any]]] = []
+        self.edits: list[dict[str, Any]] = []
+        self.webhook: dict[str, Any] | None = None
+        self.webhook_deliveries: list[int] = []
+        self._delivery_threads: list[threading.Thread] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FakeTelegramAPI:
+        """Bind a free port and serve in a background thread."""
+        if self._server is None:
+            self._stopping = False
+            self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+            self._server.daemon_threads = False
+            self._server.block_on_close = True
+            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name="fake-telegram", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Wake long polls, stop serving, close the socket and join every thread."""
+        server = self._server
+        if server is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        server.shutdown()
+        server.server_close()
+        for thread in [self._thread, *self._delivery_threads]:
+            if thread is not None:
+                thread.join(5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> FakeTelegramAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        assert self._server is not None, "server not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """For PTB's ``base_url`` / ``telegram_base_url`` (PTB appends the token)."""
+        return f"http://127.0.0.1:{self.port}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        """For PTB's ``base_file_url``."""
+        return f"http://127.0.0.1:{self.port}/file/bot"
+
+    # --- incoming traffic --------------------------------------------------------------------
+    def push_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue a raw update (``update_id`` is filled in when missing); returns it."""
+        update = dict(update)
+        with self._cond:
+            update.setdefault("update_id", next(self._update_ids))
+            msg = update.get("message") or update.get("edited_message")
+            if msg and "chat" in msg:
+                self._chats[msg["chat"]["id"]] = msg["chat"]
+            if self.webhook:
+                self._deliver_webhook(update)
+            else:
+                self._updates.append(update)
+                self._cond.notify_all()
+        return update
+
+    def push_message(self, chat_id: int, *, user_id: int, first_name: str = "User", last_name: str | None = None,
+                     username: str | None = None, chat_type: str = "private", title: str | None = None,
+                     reply_to_bot: bool = False, message_id: int | None = None, is_bot: bool = False,
+                     date: int | None = None, **content: Any) -> dict[str, Any]:
+        """Queue a message update with arbitrary content fields (``text``, ``sticker``, ``photo``, ...)."""
+        sender: dict[str, Any] = {"id": user_id, "is_bot": is_bot, "first_name": first_name}
+        if last_name:
+            sender["last_name"] = last_name
+        if username:
+            sender["username"] = username
+        if chat_type == "private":
+            chat = {"id": chat_id, "type": "private", **{k: v for k, v in sender.items() if k != "is_bot"}}
+        else:
+            chat = {"id": chat_id, "type": chat_type, "title": title or f"Group {chat_id}"}
+        message: dict[str, Any] = {
+            "message_id": message_id if message_id is not None else next(self._message_ids),
+            "date": date if date is not None else int(time.time()), "chat": chat, "from": sender,
+            **{k: v for k, v in content.items() if v is not None},
+        }
+        if reply_to_bot:
+            message["reply_to_message"] = {"message_id": next(self._message_ids), "date": int(time.time()) - 60,
+                                           "chat": chat, "from": self.bot_user, "text": "an earlier answer"}
+        return self.push_update({"message": message})
+
+    def push_text(self, chat_id: int, text: str, *, user_id: int, first_name: str = "User",
+                  chat_type: str = "private", title: str | None = None, reply_to_bot: bool = False,
+                  entities: list[dict[str, Any]] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Queue a text message; ``@<bot username>`` in the text gets a "mention" entity automatically."""
+        if entities is None:
+            entities = []
+            needle = "@" + self.username
+            start = text.lower().find(needle.lower())
+            if start >= 0:
+                entities.append({"type": "mention", "offset": utf16_len(text[:start]), "length": utf16_len(needle)})
+            if text.startswith("/"):
+                entities.append({"type": "bot_command", "offset": 0, "length": utf16_len(text.split()[0])})
+        return self.push_message(chat_id, user_id=user_id, first_name=first_name, chat_type=chat_type, title=title,
+                                 reply_to_bot=reply_to_bot, text=text, entities=entities or None, **kwargs)
+
+    def push_sticker(self, chat_id: int, *, user_id: int, first_name: str = "User", emoji: str = "👍",
+                     **kwargs: Any) -> dict[str, Any]:
+        """Queue a sticker message."""
+        sticker = {"file_id": "sticker-file", "file_unique_id": "sticker-u", "type": "regular", "width": 512,
+                   "height": 512, "is_animated": False, "is_video": False, "emoji": emoji}
+        return self.push_message(chat_id, user_id=user_id, first_name=first_name, sticker=sticker, **kwargs)
+
+    def fail_next(self, method: str, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
+        """Make the next call of ``method`` fail (e.g. 429 with ``{"retry_after": 1}``)."""
+        with self._cond:
+            self._failures.setdefault(method.lower(), []).append(TelegramAPIError(code, description, parameters))
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates not yet acknowledged by an ``offset``."""
+        with self._cond:
+            return len(self._updates)
+
+    # --- waiting -----------------------------------------------------------------------------
+    async def wait_for_sent(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:  # noqa: ASYNC109
+        """Wait until ``n`` messages were sent; raise ``TimeoutError`` otherwise."""
+        deadline = time.monotonic() + timeout
+        while len(self.sent) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"expected {n} sent messages, got {len(self.sent)}: {self.sent!r}")
+            await asyncio.sleep(0.01)
+        return list(self.sent)
+
+    def wait_for_sent_sync(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Blocking :meth:`wait_for_sent`, for tests that run the bot in another process or thread."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self.sent) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"expected {n} sent messages, got {len(self.sent)}: {self.sent!r}")
+                self._cond.wait(left)
+            return list(self.sent)
+
+    async def wait_for(self, predicate, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - test helper
+        """Wait until ``predicate()`` is true; raise ``TimeoutError`` otherwise."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError("condition not met")
+            await asyncio.sleep(0.01)
+
+    # --- the API (runs in handler threads) ---------------------------------------------------
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        """Answer one Bot API method; raise :class:`TelegramAPIError` for an error response."""
+        name = method.lower()
+        with self._cond:
+            self.calls.append((method, params))
+            failures = self._failures.get(name)
+            if failures:
+                raise failures.pop(0)
+        if name == "getupdates":
+            return self._get_updates(params)
+        handler = getattr(self, f"_m_{name}", None)
+        if handler is None:
+            raise TelegramAPIError(404, "Not Found")
+        with self._cond:
+            result = handler(params)
+            self._cond.notify_all()
+            return result
+
+    def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+        limit = int(params.get("limit") or 100)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if self.webhook:
+                raise TelegramAPIError(409, "Conflict: can't use getUpdates method while webhook is active; "
+                                            "use deleteWebhook to delete the webhook first")
+            while True:
+                if offset:
+                    self._updates = [u for u in self._updates if u["update_id"] >= offset]
+                if self._updates or self._stopping:
+                    return [json.loads(json.dumps(u)) for u in self._updates[:limit]]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self._cond.wait(left)
+
+    def _m_getme(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self.bot_user
+
+    def _m_sendmessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        text = str(params.get("text") or "")
+        visible = self._check_text(text, params.get("parse_mode"))
+        message = self._bot_message(params["chat_id"], text=visible)
+        self.sent.append({"chat_id": params["chat_id"], "text": text, "parse_mode": params.get("parse_mode"),
+                          "message_id": message["message_id"], "params": params})
+        return message
+
+    def _m_editmessagetext(self, params: dict[str, Any]) -> dict[str, Any]:
+        text = str(params.get("text") or "")
+        visible = self._check_text(text, params.get("parse_mode"))
+        self.edits.append(params)
+        return self._bot_message(params.get("chat_id"), text=visible, message_id=params.get("message_id"))
+
+    def _check_text(self, text: str, parse_mode: str | None) -> str:
+        visible = text
+        if parse_mode and parse_mode.upper() == "HTML":
+            if self.reject_html:
+                raise TelegramAPIError(400, "Bad Request: can't parse entities: Unsupported start tag \"x\"")
+            try:
+                visible = parse_telegram_html(text)
+            except HTMLParseError as exc:
+                raise TelegramAPIError(400, f"Bad Request: {exc}") from None
+        if not visible.strip():
+            raise TelegramAPIError(400, "Bad Request: message text is empty")
+        if len(visible) > MAX_MESSAGE_LENGTH:
+            raise TelegramAPIError(400, "Bad Request: message is too long")
+        return visible
+
+    def _bot_message(self, chat_id: Any, *, text: str, message_id: Any = None) -> dict[str, Any]:
+        cid = int(chat_id)
+        chat = self._chats.get(cid) or {"id": cid, "type": "private" if cid > 0 else "supergroup",
+                                         **({"first_name": "User"} if cid > 0 else {"title": "Group"})}
+        return {"message_id": int(message_id) if message_id is not None else next(self._message_ids),
+                "date": int(time.time()), "chat": chat, "from": self.bot_user, "text": text}
+
+    def _m_sendchataction(self, params: dict[str, Any]) -> bool:
+        self.actions.append({"chat_id": params.get("chat_id"), "action": params.get("action")})
+        return True
+
+    def _m_setmycommands(self, params: dict[str, Any]) -> bool:
+        self.commands.append(list(params.get("commands") or []))
+        return True
+
+    def _m_getmycommands(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.commands[-1] if self.commands else []
+
+    def _m_deletemycommands(self, params: dict[str, Any]) -> bool:
+        self.commands.append([])
+        return True
+
+    def _m_setwebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = {"url": params.get("url", ""), "secret_token": params.get("secret_token"),
+                        "allowed_updates": params.get("allowed_updates")}
+        if params.get("drop_pending_updates"):
+            self._updates.clear()
+        if self.webhook["url"]:
+            for update in self._updates:
+                self._deliver_webhook(update)
+            self._updates.clear()
+        else:
+            self.webhook = None
+        return True
+
+    def _m_deletewebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = None
+        if params.get("drop_pending_updates"):
+            self._updates.clear()
+        return True
+
+    def _m_getwebhookinfo(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"url": (self.webhook or {}).get("url", ""), "has_custom_certificate": False,
+                "pending_update_count": len(self._updates)}
+
+    def _m_deletemessage(self, params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_close(self, params: dict[str, Any]) -> bool:
+        return True
+
+    def _m_logout(self, params: dict[str, Any]) -> bool:
+        return True
+
+    # --- webhook delivery --------------------------------------------------------------------
+    def _deliver_webhook(self, update: dict[str, Any]) -> None:
+        """POST ``update`` to the webhook from a helper thread (the bot may run on the caller's loop)."""
+        hook = dict(self.webhook or {})
+        thread = threading.Thread(target=self._post_webhook, args=(hook, update), name="fake-telegram-webhook",
+                                  daemon=True)
+        self._delivery_threads.append(thread)
+        thread.start()
+
+    def _post_webhook(self, hook: dict[str, Any], update: dict[str, Any]) -> None:
+        headers = {"Content-Type": "application/json"}
+        if hook.get("secret_token"):
+            headers["X-Telegram-Bot-Api-Secret-Token"] = hook["secret_token"]
+        req = urllib.request.Request(hook["url"], data=json.dumps(update).encode(), headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            status = exc.code
+        except (urllib.error.URLError, OSError) as exc:
+            logger.debug("fake-telegram: webhook delivery failed: %s", exc)
+            status = 0
+        with self._cond:
+            self.webhook_deliveries.append(status)
+            self._cond.notify_all()
+
+
+def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+        timeout = 60
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            logger.debug("fake-telegram: %s", format % args)
+
+        def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a cancelled long poll)
+                pass
+
+        def _error(self, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
+            body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
+            if parameters:
+                body["parameters"] = parameters
+            self._reply(code, body)
+
+        def do_GET(self) -> None:
+            self._handle(b"")
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self._handle(self.rfile.read(length) if length else b"")
+
+        def _handle(self, raw: bytes) -> None:
+            url = urlsplit(self.path)
+            parts = url.path.strip("/").split("/")
+            if parts and parts[0] == "file":
+                self._error(404, "Not Found")
+                return
+            if len(parts) != 2 or not parts[0].startswith("bot"):
+                self._error(404, "Not Found")
+                return
+            if parts[0][3:] != api.token:
+                self._error(401, "Unauthorized")
+                return
+            params = decode_params(parse_qsl(url.query))
+            params.update(self._body_params(raw))
+            try:
+                result = api.call(parts[1], params)
+            except TelegramAPIError as exc:
+                self._error(exc.code, exc.description, exc.parameters)
+                return
+            self._reply(200, {"ok": True, "result": result})
+
+        def _body_params(self, raw: bytes) -> dict[str, Any]:
+            ctype = self.headers.get("Content-Type") or ""
+            if not raw:
+                return {}
+            if ctype.startswith("application/json"):
+                return json.loads(raw)
+            if ctype.startswith("multipart/form-data"):
+                msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                    b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw)
+                pairs: list[tuple[str, str]] = []
+                files: dict[str, bytes] = {}
+                for part in msg.iter_parts():
+                    name = part.get_param("name", header="content-disposition")
+                    payload = part.get_payload(decode=True) or b""
+                    if part.get_filename():
+                        files[name] = payload
+                    else:
+                        pairs.append((name, payload.decode()))
+                return {**decode_params(pairs), **files}
+            return decode_params(parse_qsl(raw.decode(), keep_blank_values=True))
+
+    return Handler
+
+
+__all__ = ["FakeTelegramAPI", "TelegramAPIError", "decode_params", "utf16_len", "MAX_MESSAGE_LENGTH"]
