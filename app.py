@@ -157,6 +157,7 @@ class App:
             cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
             cleanup.start()
             services.config.on_change(lambda old, new: cleanup.reschedule())
+            logger.info("ready: %s", ", ".join(c.name for c in services.channels) or "no channels")
             await self._wait(services)
         finally:
             await self.shutdown(services)

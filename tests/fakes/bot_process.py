@@ -1,0 +1,86 @@
+"""Run ``python app.py`` as a subprocess against the fake servers, and stop it like an operator would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TELEGRAM_BOT_TOKEN")
+
+
+def clean_env() -> dict[str, str]:
+    """The environment without real secrets or endpoints, so nothing can reach a real service."""
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class BotProcess:
+    """``app.py`` in a subprocess, with its output in files under the config folder."""
+
+    def __init__(self, folder: Path, **settings: Any) -> None:
+        self.folder = folder
+        self.config_path = folder / "config.json"
+        self.settings = settings
+        self.proc: subprocess.Popen | None = None
+        self._runs = 0
+
+    def write_config(self, **changes: Any) -> None:
+        """Write config.json with the settings (and changes)."""
+        self.settings.update(changes)
+        self.config_path.write_text(json.dumps(self.settings, indent=2), encoding="utf-8")
+
+    def start(self, wait_for_log: str | None = "INFO app: ready:", timeout: float = 30) -> BotProcess:
+        """Start the bot and wait until its log shows it is receiving."""
+        self.write_config()
+        self._runs += 1
+        self.stdout_path = self.folder / f"stdout.{self._runs}.txt"
+        self.stderr_path = self.folder / f"stderr.{self._runs}.txt"
+        self._out = open(self.stdout_path, "w")  # noqa: SIM115 - closed in stop()
+        self._err = open(self.stderr_path, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--config", str(self.config_path)],
+                                     stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
+                                     cwd=self.folder, env=clean_env())
+        if wait_for_log:
+            self.wait_for_log(wait_for_log, timeout)
+        return self
+
+    def log(self) -> str:
+        """Everything the current run wrote to stderr."""
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_for_log(self, needle: str, timeout: float = 30) -> None:
+        """Wait until ``needle`` appears in the log."""
+        deadline = time.monotonic() + timeout
+        while needle not in self.log():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"bot exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{needle!r} not in the log:\n{self.log()}")
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Send ``sig`` and wait for the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._out.close()
+            self._err.close()
+        return code
+
+    def kill(self) -> None:
+        """``kill -9``: no chance to clean up."""
+        self.stop(signal.SIGKILL)

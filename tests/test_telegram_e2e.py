@@ -1,0 +1,166 @@
+"""End to end through the real python-telegram-bot: app.py against the fake Bot API and fake OpenAI servers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.fakes.bot_process import BotProcess
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+BOT = "fake_test_bot"
+
+
+def settings(api: FakeTelegramAPI, llm: FakeOpenAIServer, **extra):
+    return {"channel_type": "telegram", "telegram_bot_token": api.token, "telegram_base_url": api.base_url,
+            "telegram_rate_limit": False, "open_ai_api_base": llm.base_url, "open_ai_api_key": "test",
+            "data_dir": "data", **extra}
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with FakeTelegramAPI(username=BOT) as api, FakeOpenAIServer() as llm:
+        yield api, llm
+
+
+@pytest.fixture(scope="module")
+def bot(servers, tmp_path_factory):
+    api, llm = servers
+    proc = BotProcess(tmp_path_factory.mktemp("bot"), **settings(
+        api, llm, group_chat_keyword=["weather"], group_name_white_list=["Team", "-300"])).start()
+    yield proc
+    assert proc.stop() == 0
+    assert "Traceback" not in proc.log()
+
+
+def sent_to(api, chat_id):
+    return [m["text"] for m in api.sent if str(m["chat_id"]) == str(chat_id)]
+
+
+def wait_sent(api, chat_id, n, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while len(sent_to(api, chat_id)) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chat {chat_id}: {sent_to(api, chat_id)}")
+        time.sleep(0.02)
+    return sent_to(api, chat_id)
+
+
+def settle(seconds=0.6):
+    time.sleep(seconds)
+
+
+def test_private_chat(servers, bot):
+    api, llm = servers
+    api.push_text(1001, "hello bot", user_id=1001, first_name="Alice")
+    assert wait_sent(api, 1001, 1) == ["echo: hello bot"]
+    assert api.commands, "the command menu is registered at start"
+    assert any(a["chat_id"] in (1001, "1001") and a["action"] == "typing" for a in api.actions)
+
+
+def test_group_needs_a_mention_prefix_keyword_or_reply(servers, bot):
+    api, _ = servers
+    chat = dict(chat_type="supergroup", title="Team")
+    api.push_text(-100, "just chatting", user_id=1, first_name="Alice", **chat)
+    api.push_text(-100, f"@{BOT} what is up", user_id=1, first_name="Alice", **chat)
+    assert wait_sent(api, -100, 1) == ["echo: [Alice] what is up"]
+    api.push_text(-100, "@bot prefix works", user_id=2, first_name="Bob", **chat)
+    assert wait_sent(api, -100, 2)[1] == "echo: [Bob] prefix works"
+    api.push_text(-100, "how is the weather", user_id=2, first_name="Bob", **chat)
+    assert wait_sent(api, -100, 3)[2] == "echo: [Bob] how is the weather"
+    api.push_text(-100, "and tomorrow?", user_id=2, first_name="Bob", reply_to_bot=True, **chat)
+    assert wait_sent(api, -100, 4)[3] == "echo: [Bob] and tomorrow?"
+    settle()
+    assert len(sent_to(api, -100)) == 4
+
+
+def test_whitelist_by_title_and_id(servers, bot):
+    api, _ = servers
+    api.push_text(-200, f"@{BOT} hi", user_id=1, first_name="Alice", chat_type="group", title="Strangers")
+    api.push_text(-300, f"@{BOT} hi", user_id=1, first_name="Alice", chat_type="group", title="By id")
+    assert wait_sent(api, -300, 1) == ["echo: [Alice] hi"]
+    settle()
+    assert sent_to(api, -200) == []
+
+
+def test_per_member_group_sessions(servers, bot):
+    api, llm = servers
+    chat = dict(chat_type="supergroup", title="Team")
+    api.push_text(5, "hello", user_id=5, first_name="Carol")  # never the same as a group session
+    wait_sent(api, 5, 1)
+    api.push_text(-401, f"@{BOT} one", user_id=5, first_name="Carol", **chat)
+    wait_sent(api, -401, 1)
+    api.push_text(-401, f"@{BOT} two", user_id=6, first_name="Dave", **chat)
+    wait_sent(api, -401, 2)
+    last = llm.requests[-1]["messages"]
+    assert [m["content"] for m in last if m["role"] == "user"] == ["[Dave] two"]
+
+
+def test_long_reply_is_split(servers, bot):
+    api, llm = servers
+    text = "\n".join(f"line {i:04d} " + "x" * 80 for i in range(100))  # about 9,000 characters
+    llm.enqueue_text(text)
+    api.push_text(1002, "tell me a lot", user_id=1002, first_name="Eve")
+    parts = wait_sent(api, 1002, 3)
+    assert len(parts) == 3 and all(len(p) <= 4096 for p in parts)
+    assert "\n".join(parts) == text
+
+
+def test_duplicate_update_is_answered_once(servers, bot):
+    api, llm = servers
+    update = api.push_text(1003, "only once", user_id=1003, first_name="Finn")
+    duplicate = {"message": update["message"]}
+    api.push_update(duplicate)
+    wait_sent(api, 1003, 1)
+    settle()
+    assert sent_to(api, 1003) == ["echo: only once"]
+
+
+def test_sticker_gets_a_text_only_note(servers, bot):
+    api, llm = servers
+    before = len(llm.requests)
+    api.push_sticker(1004, user_id=1004, first_name="Gus")
+    assert wait_sent(api, 1004, 1) == ["I can only read text messages for now. Please type what you would like to say."]
+    assert len(llm.requests) == before
+
+
+def test_commands_addressed_to_this_bot_only(servers, bot):
+    api, llm = servers
+    before = len(llm.requests)
+    chat = dict(chat_type="supergroup", title="Team")
+    api.push_text(-500, "/nosuch@other_bot", user_id=1, first_name="Alice", **chat)
+    api.push_text(-500, f"/nosuch@{BOT}", user_id=1, first_name="Alice", **chat)
+    assert wait_sent(api, -500, 1) == ["Unknown command /nosuch. Send /help for the list."]
+    settle()
+    assert len(sent_to(api, -500)) == 1
+    assert len(llm.requests) == before
+
+
+def test_per_chat_order_under_concurrency(servers, bot):
+    api, llm = servers
+    llm.latency = 0.1
+    try:
+        for i in range(3):
+            for chat in (2001, 2002, 2003):
+                api.push_text(chat, f"m{i}", user_id=chat, first_name="P")
+        for chat in (2001, 2002, 2003):
+            assert wait_sent(api, chat, 3) == ["echo: m0", "echo: m1", "echo: m2"]
+    finally:
+        llm.latency = 0.0
+
+
+def test_shared_group_session(servers, tmp_path):
+    api, llm = servers
+    proc = BotProcess(tmp_path, **settings(api, llm, group_shared_session=True)).start()
+    try:
+        chat = dict(chat_type="supergroup", title="Shared")
+        api.push_text(-600, f"@{BOT} I am Alice", user_id=1, first_name="Alice", **chat)
+        wait_sent(api, -600, 1)
+        api.push_text(-600, f"@{BOT} I am Bob", user_id=2, first_name="Bob", **chat)
+        wait_sent(api, -600, 2)
+        last = llm.requests[-1]["messages"]
+        assert [m["content"] for m in last if m["role"] == "user"] == ["[Alice] I am Alice", "[Bob] I am Bob"]
+    finally:
+        assert proc.stop() == 0
