@@ -178,7 +178,8 @@ class Dispatcher:
         return item
 
     async def _record(self, item: WorkItem) -> tuple[int, int | None] | None:
-        await self.store.ensure_session(item.info)
+        if self.sessions.peek(item.info.session_id) is None:
+            await self.store.ensure_session(item.info)
         recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
                                                     item.info.session_id, item.message.to_json(), None)
         if recorded is not None:

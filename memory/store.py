@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, event, func, select, update
+from sqlalchemy import delete, event, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
@@ -110,6 +110,9 @@ class ConversationStore:
             path = self.url.split("///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # Every session here ends in commit or rollback, so the pool's own rollback on return
+            # is a redundant round trip to the SQLite thread on every operation.
+            kwargs.update(pool_reset_on_return=None)
         else:
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True, pool_recycle=1800)
         self.engine = create_async_engine(self.url, **kwargs)
@@ -200,8 +203,10 @@ class ConversationStore:
         )
         last = result.scalar_one()
         seqs = list(range(last - n + 1, last + 1))
-        s.add_all([MessageRow(session_id=session_id, seq=seq, role=m.get("role", ""), content=m, created_at=now)
-                   for seq, m in zip(seqs, messages, strict=True)])
+        # Core inserts: the ORM unit of work costs more than the write itself on this hot path.
+        await s.execute(insert(MessageRow), [
+            {"session_id": session_id, "seq": seq, "role": m.get("role", ""), "content": m, "created_at": now}
+            for seq, m in zip(seqs, messages, strict=True)])
         return seqs
 
     async def load_messages(self, session_id: str, from_seq: int = 1, through_seq: int | None = None,
@@ -238,11 +243,11 @@ class ConversationStore:
                     seq = None
                     if user_message is not None:
                         (seq,) = await self._append(s, session_id, [user_message])
-                    row = InboxRow(channel=channel, message_id=message_id, session_id=session_id,
-                                   user_seq=seq, payload=payload, status="pending", created_at=utcnow())
-                    s.add(row)
-                    await s.flush()
-                    return row.id, seq
+                    result = await s.execute(
+                        insert(InboxRow).values(channel=channel, message_id=message_id, session_id=session_id,
+                                                user_seq=seq, payload=payload, status="pending",
+                                                created_at=utcnow()).returning(InboxRow.id))
+                    return result.scalar_one(), seq
             except IntegrityError:
                 return None
 

@@ -1,0 +1,63 @@
+"""Framework overhead per turn: everything except waiting for the model.
+
+An in-process fake model that answers at once, a SQLite file in a temporary folder, and the real
+dispatcher, session manager, agent loop and store. Each turn goes from ``Dispatcher.handle`` to the
+reply being sent. Run: ``python bench/turn_overhead.py``. Target: median <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.loop import Agent  # noqa: E402
+from agent.session import LoggingDropSink, SessionManager  # noqa: E402
+from agent.tools.base import ToolRegistry  # noqa: E402
+from agent.tools.current_time import current_time  # noqa: E402
+from channels.dispatcher import Dispatcher  # noqa: E402
+from config import Config, ConfigHolder  # noqa: E402
+from memory.store import ConversationStore  # noqa: E402
+from tests.fakes.channel import RecordingChannel  # noqa: E402
+from tests.fakes.fake_llm import FakeLLM  # noqa: E402
+
+TURNS = 300
+WARMUP = 20
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        holder = ConfigHolder(Config(data_dir=tmp))
+        store = ConversationStore(f"sqlite+aiosqlite:///{tmp}/chatbot.db")
+        await store.open()
+        sink = LoggingDropSink()
+        sessions = SessionManager(store, holder, sink)
+        agent = Agent(llm=FakeLLM(), tools=ToolRegistry([current_time]), store=store, config=holder, sink=sink)
+        dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions)
+        channel = RecordingChannel()
+        dispatcher.add_channel(channel)
+        timings = []
+        for i in range(TURNS + WARMUP):
+            started = time.perf_counter()
+            await dispatcher.handle(channel.message(f"message number {i} with a little text"))
+            await channel.wait_for(i + 1)
+            timings.append((time.perf_counter() - started) * 1000)
+        await dispatcher.drain(5)
+        await store.close()
+    timings = timings[WARMUP:]
+    median = statistics.median(timings)
+    p95 = statistics.quantiles(timings, n=20)[18]
+    print(f"turn overhead over {TURNS} turns (SQLite file, fake model answering at once):")
+    print(f"  median {median:.2f} ms, p95 {p95:.2f} ms (target <= 5 ms median)")
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(main())
