@@ -20,12 +20,13 @@ from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
-from agent.tools.current_time import current_time
 from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
 from config import Config, ConfigHolder, load_config
 from memory.store import ConversationStore
+from plugins.builtin.config_watch import ConfigWatcher
+from plugins.manager import install as install_plugins
 
 logger = logging.getLogger("app")
 
@@ -116,7 +117,7 @@ class App:
         store = ConversationStore(cfg.database_url())
         await store.open()
         llm = build_llm(cfg)
-        tools = ToolRegistry([current_time])
+        tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=sink)
@@ -126,6 +127,10 @@ class App:
                             dispatcher=dispatcher, commands=commands)
         dispatcher.services = services
         await dispatcher.load_admins()
+        # plugins: commands, tools and message hooks; config.json edits apply live
+        install_plugins(services)
+        watcher = services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
+        await watcher.start()
         services.channels = build_channels(cfg)
         for channel in services.channels:
             dispatcher.add_channel(channel)
@@ -170,6 +175,9 @@ class App:
         """Stop in order: intake, in-flight turns, background jobs, channels, database."""
         logger.info("stopping")
         await services.dispatcher.drain(TURN_GRACE_SECONDS)
+        watcher = services.extras.get("config_watcher")
+        if watcher is not None:
+            await watcher.stop()
         for channel in reversed(services.channels):
             try:
                 await channel.stop()
