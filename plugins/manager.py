@@ -156,7 +156,10 @@ class PluginManager:
                 if module is not None:
                     found.append((info.name, module, False))
         for obj in self.extra:
-            name = getattr(obj, "name", None) or getattr(obj, "__name__", type(obj).__name__).rsplit(".", 1)[-1]
+            if isinstance(obj, ModuleType):
+                name = obj.__name__.rsplit(".", 1)[-1]
+            else:
+                name = getattr(obj, "name", None) or type(obj).__name__.lower()
             found.append((name, obj, False))
         return found
 
