@@ -20,9 +20,6 @@ from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
-from agent.tools.current_time import current_time
-from agent.tools.memory_tools import MEMORY_TOOLS
-from agent.tools.web_fetch import WEB_FETCH
 from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
@@ -30,6 +27,8 @@ from config import Config, ConfigHolder, load_config
 from memory.cleanup import CleanupJob
 from memory.daily import DailyMemory
 from memory.store import ConversationStore
+from plugins.builtin.config_watch import ConfigWatcher
+from plugins.manager import install as install_plugins
 
 logger = logging.getLogger("app")
 
@@ -120,7 +119,7 @@ class App:
         store = ConversationStore(cfg.database_url())
         await store.open()
         llm = build_llm(cfg)
-        tools = ToolRegistry([current_time, WEB_FETCH, *MEMORY_TOOLS])
+        tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone())
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)
@@ -133,6 +132,10 @@ class App:
                             dispatcher=dispatcher, commands=commands)
         dispatcher.services = services
         await dispatcher.load_admins()
+        # plugins: commands, tools and message hooks; config.json edits apply live
+        install_plugins(services)
+        watcher = services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
+        await watcher.start()
         services.channels = build_channels(cfg)
         for channel in services.channels:
             dispatcher.add_channel(channel)
@@ -184,6 +187,9 @@ class App:
         if cleanup is not None:
             cleanup.stop()
         await services.dispatcher.drain(TURN_GRACE_SECONDS)
+        watcher = services.extras.get("config_watcher")
+        if watcher is not None:
+            await watcher.stop()
         for channel in reversed(services.channels):
             try:
                 await channel.stop()

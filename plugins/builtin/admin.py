@@ -1,0 +1,198 @@
+"""Built-in plugin: ``/config`` (admins) and ``/auth <password>`` (private chats) (DESIGN §1.4, §9 item 7).
+
+``/config <key> <value>`` parses the value as JSON (a bare word is a string), validates the whole new
+config before anything is written, writes config.json atomically keeping every other key in place, and
+puts the change in force at once; restart-only keys are saved and say so.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from agent.errors import ConfigError
+from channels.commands import CommandRequest
+from config import (
+    KNOWN_KEYS,
+    RESTART_KEYS,
+    SECRET_KEYS,
+    get_setting,
+    live_config,
+    mask_secret,
+    save_setting,
+    setting_path,
+)
+from plugins.hookspecs import hookimpl
+
+logger = logging.getLogger(__name__)
+
+#: Longest value shown in the /config listing; /config <key> shows it whole.
+LIST_VALUE_CHARS = 60
+MAX_FAILURES = 5
+FAILURE_WINDOW = 600.0
+LOCKOUT_SECONDS = 600.0
+
+
+@hookimpl
+def register_commands(register) -> None:
+    """Register /config and /auth."""
+    register("config", config_command, "show settings; /config <key> <value> changes one", admin_only=True)
+    register("auth", auth_command, "/auth <password> makes you an admin", private_only=True)
+
+
+# --- /config ------------------------------------------------------------------------------------------
+def shown(key: str, value: Any, limit: int | None = None) -> str:
+    """A setting's value for display: secrets masked, JSON otherwise."""
+    if key.split(".")[0] in SECRET_KEYS and isinstance(value, str):
+        return mask_secret(value) if value else '""'
+    text = json.dumps(value, ensure_ascii=False)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+async def config_command(request: CommandRequest) -> str:
+    """``/config``, ``/config <key>`` or ``/config <key> <value>``."""
+    holder = request.services.config
+    parts = request.command.args.strip().split(maxsplit=1)
+    if not parts:
+        cfg = holder().model_dump()
+        lines = ["Settings (secrets masked; * takes effect after a restart):"]
+        for key in KNOWN_KEYS:
+            mark = "*" if key in RESTART_KEYS else ""
+            lines.append(f"{key}{mark} = {shown(key, cfg[key], LIST_VALUE_CHARS)}")
+        lines.append("Show one with /config <key>; change one with /config <key> <value>.")
+        return "\n".join(lines)
+    key = parts[0]
+    if len(parts) == 1:
+        try:
+            value = get_setting(holder(), key)
+        except ConfigError as exc:
+            return f"{_sentence(str(exc))}"
+        note = " (takes effect after a restart)" if key in RESTART_KEYS else ""
+        return f"{key} = {shown(key, value)}{note}"
+    return await set_setting(request, key, parts[1])
+
+
+async def set_setting(request: CommandRequest, key: str, raw: str) -> str:
+    """Validate, save atomically and apply one setting; nothing changes on any error."""
+    services = request.services
+    holder = services.config
+    if holder.path is None:
+        return "There is no config file to write, so settings can only be shown."
+    try:
+        parts = setting_path(key)
+        cfg, needs_restart = save_setting(holder.path, key, raw, check=_plugin_check(services, parts))
+    except ConfigError as exc:
+        return f"Nothing changed: {_sentence(str(exc))}"
+    except OSError as exc:
+        logger.error("/config: cannot write %s: %s", holder.path, exc)
+        return f"Nothing changed: config.json could not be written ({exc.strerror or exc})."
+    live, _pending = live_config(cfg, holder())
+    holder.replace(live)
+    logger.info("/config: %s changed by %s%s", key, request.user_key, " (after restart)" if needs_restart else "")
+    value = shown(key, get_setting(cfg, key))
+    if needs_restart:
+        return f"Saved {key} = {value}; it takes effect after a restart."
+    return f"Set {key} = {value}."
+
+
+def _plugin_check(services: Any, parts: list[str]) -> Callable[[Any], None] | None:
+    """For plugin settings: validate them with the plugin's own model before anything is written."""
+    manager = getattr(services, "plugins", None)
+    if parts[0] != "plugins" or manager is None:
+        return None
+
+    def check(cfg: Any) -> None:
+        plugins = cfg.plugins if len(parts) == 1 else {parts[1]: cfg.plugins.get(parts[1], {})}
+        error = manager.check_settings(plugins)
+        if error:
+            raise ConfigError(error)
+    return check
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+# --- /auth --------------------------------------------------------------------------------------------
+class AuthGuard:
+    """Counts wrong passwords per user: after 5 within 10 minutes, that user is locked out for 10 minutes."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._failures: dict[str, deque[float]] = {}
+        self._locked_until: dict[str, float] = {}
+
+    def locked_for(self, user_key: str) -> float:
+        """Seconds the user is still locked out (0 when not)."""
+        until = self._locked_until.get(user_key)
+        if until is None:
+            return 0.0
+        left = until - self.clock()
+        if left <= 0:
+            del self._locked_until[user_key]
+            return 0.0
+        return left
+
+    def fail(self, user_key: str) -> bool:
+        """Count a wrong password; True when this locks the user out."""
+        now = self.clock()
+        failures = self._failures.setdefault(user_key, deque())
+        failures.append(now)
+        while failures and failures[0] <= now - FAILURE_WINDOW:
+            failures.popleft()
+        if len(failures) >= MAX_FAILURES:
+            self._locked_until[user_key] = now + LOCKOUT_SECONDS
+            del self._failures[user_key]
+            return True
+        return False
+
+    def succeed(self, user_key: str) -> None:
+        """Forget the user's failures."""
+        self._failures.pop(user_key, None)
+
+
+def auth_guard(services: Any) -> AuthGuard:
+    """The app's guard (kept in ``services.extras``, so a plugin reload does not reset a lockout)."""
+    return services.extras.setdefault("auth_guard", AuthGuard())
+
+
+def _minutes(seconds: float) -> str:
+    n = max(1, math.ceil(seconds / 60))
+    return "1 minute" if n == 1 else f"{n} minutes"
+
+
+async def auth_command(request: CommandRequest) -> str:
+    """Grant admin rights to the sender when the password matches ``admin_password``."""
+    services = request.services
+    password = services.config().admin_password
+    if not password:
+        return "/auth is disabled: this bot has no admin password set."
+    given = request.command.args.strip()
+    if not given:
+        return "Usage: /auth <password>"
+    user = request.user_key
+    guard = auth_guard(services)
+    left = guard.locked_for(user)
+    if left:
+        return f"Too many wrong passwords. Try again in {_minutes(left)}."
+    if not hmac.compare_digest(given.encode("utf-8"), password.encode("utf-8")):
+        logger.warning("/auth: wrong password from %s", user)
+        if guard.fail(user):
+            logger.warning("/auth: %s is locked out for %d minutes", user, LOCKOUT_SECONDS // 60)
+            return f"Wrong password. Too many attempts: /auth is locked for you for {_minutes(LOCKOUT_SECONDS)}."
+        return "Wrong password."
+    guard.succeed(user)
+    if request.is_admin:
+        return "You are already an admin."
+    await services.store.grant_admin(user)
+    services.dispatcher.admin_grants.add(user)
+    logger.info("/auth: %s is now an admin", user)
+    return "You are now an admin."

@@ -1,0 +1,167 @@
+"""Built-in plugin: ``/help``, ``/context``, ``/context clear`` and ``/compact`` (DESIGN §1.4)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from channels.commands import CommandRequest
+from memory.store import SessionInfo
+from plugins.hookspecs import hookimpl
+
+logger = logging.getLogger(__name__)
+
+BAR_CELLS = 10
+SHARED_GROUP_REPLY = "Sorry, only admins can {what} a shared group conversation."
+CONTEXT_USAGE = "Usage: /context shows this conversation's statistics; /context clear empties its context."
+
+
+@hookimpl
+def register_commands(register) -> None:
+    """Register /help, /context and /compact."""
+    register("help", help_command, "list the commands")
+    register("context", context_command, "this conversation's statistics; /context clear empties the context")
+    register("compact", compact_command, "summarise all but the last exchange now, to free up context")
+
+
+# --- /help --------------------------------------------------------------------------------------------
+async def help_command(request: CommandRequest) -> str:
+    """List every command with its one-line description; admin-only commands are marked."""
+    lines = ["Commands:"]
+    for command in request.services.commands.all():
+        marks = [m for m, on in (("admins", command.admin_only), ("private chat", command.private_only)) if on]
+        suffix = f" ({', '.join(marks)})" if marks else ""
+        lines.append(f"/{command.name} — {command.description}{suffix}")
+    return "\n".join(lines)
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+def session_info(request: CommandRequest) -> SessionInfo:
+    """The session the command was sent in, as the dispatcher derives it."""
+    msg = request.message
+    shared = is_shared_group(request)
+    return SessionInfo(session_id=request.session_id, channel=msg.channel, chat_id=msg.chat_id,
+                       user_id="" if shared else msg.user_id, is_group=msg.is_group,
+                       title=msg.group_name or msg.user_name)
+
+
+def is_shared_group(request: CommandRequest) -> bool:
+    """True in a group session shared by all members (``group_shared_session``)."""
+    msg = request.message
+    return msg.is_group and request.session_id == f"{msg.channel}:group:{msg.chat_id}"
+
+
+def bar(fraction: float, cells: int = BAR_CELLS) -> str:
+    """A text bar such as ``[████░░░░░░]``."""
+    filled = max(0, min(cells, round(fraction * cells)))
+    return "[" + "█" * filled + "░" * (cells - filled) + "]"
+
+
+def _sink(services: Any) -> Any:
+    """The summariser, or the agent's drop sink when none is wired."""
+    return services.summarizer if services.summarizer is not None else services.agent.sink
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+# --- /context -----------------------------------------------------------------------------------------
+async def context_command(request: CommandRequest) -> str:
+    """Show the session's statistics, or with ``clear`` empty its context."""
+    arg = request.command.args.strip().lower()
+    if arg == "clear":
+        return await clear_context(request)
+    if arg:
+        return CONTEXT_USAGE
+    services = request.services
+    state = await services.sessions.get(session_info(request))
+    cfg = services.config()
+    agent = services.agent
+    counter = agent.counter(cfg.model)
+    system = agent.system_prompt(state)
+    budget = agent.budget(state, system)
+    history = sum(m.tokens if m.tokens is not None else counter.count_message(m.message) for m in state.messages)
+    roles = Counter(m.message.get("role", "?") for m in state.messages)
+    by_role = ", ".join(f"{role} {roles[role]}" for role in ("user", "assistant", "tool", "system") if roles[role])
+    fraction = history / budget.max_tokens if budget.max_tokens else 0.0
+    if state.summary:
+        summary = f"yes ({_plural(state.summary_turns, 'earlier turn')}, ~{counter.count_text(state.summary):,} tokens)"
+    else:
+        summary = "none"
+    approx = "" if counter.exact else " (estimated)"
+    return "\n".join([
+        f"Context of {request.session_id}",
+        f"Turns: {len(state.turns())} of {budget.max_turns}",
+        f"Messages: {len(state.messages)}" + (f" ({by_role})" if by_role else ""),
+        f"Tokens{approx}: {bar(fraction)} {fraction:.0%} of {budget.max_tokens:,} ({history:,} used)",
+        f"System prompt: ~{counter.count_text(system):,} tokens",
+        f"Summary: {summary}",
+    ])
+
+
+async def clear_context(request: CommandRequest) -> str:
+    """Empty the context; turns never summarised go to the daily memory file first."""
+    if is_shared_group(request) and not request.is_admin:
+        return SHARED_GROUP_REPLY.format(what="clear")
+    services = request.services
+    state = await services.sessions.get(session_info(request))
+    async with state.lock:
+        record = await services.store.get_session(request.session_id)
+        last = record.last_seq if record else max((m.seq for m in state.messages), default=0)
+        done = max(state.summarized_through_seq, record.summarized_through_seq if record else 0)
+        first = max(state.context_start_seq, done + 1)
+        saved = 0
+        if first <= last:
+            stored = await services.store.load_messages(request.session_id, first, last)
+            saved = sum(1 for m in stored if m.message.get("role") == "user")
+            if stored:
+                await _sink(services).submit(request.session_id, "clear", first, last)
+        await services.agent.clear(state)
+    logger.info("session %s: context cleared (%d turns to memory)", request.session_id, saved)
+    if saved:
+        return f"Context cleared. {_plural(saved, 'turn')} {'was' if saved == 1 else 'were'} saved to memory."
+    return "Context cleared. There was nothing new to save to memory."
+
+
+# --- /compact -----------------------------------------------------------------------------------------
+async def compact_command(request: CommandRequest) -> str:
+    """Drop all turns but the last from the context, summarise them now, and reply with the summary."""
+    if is_shared_group(request) and not request.is_admin:
+        return SHARED_GROUP_REPLY.format(what="compact")
+    services = request.services
+    store = services.store
+    state = await services.sessions.get(session_info(request))
+    async with state.lock:
+        turns = [t for t in state.turns() if t.first_seq]
+        if len(turns) <= 1:
+            return "Nothing to compact: the context holds at most one exchange."
+        keep = turns[-1]
+        first = turns[0].first_seq
+        through = keep.first_seq - 1
+        state.messages = list(keep.messages)
+        state.context_start_seq = keep.first_seq
+        await store.set_context_start(request.session_id, keep.first_seq)
+        dropped = len(turns) - 1
+        summarizer = services.summarizer
+        if summarizer is None:
+            await services.agent.sink.submit(request.session_id, "compact", first, through)
+            return (f"Compacted {_plural(dropped, 'turn')}. The summary is being written in the background "
+                    "and will be added to the context when it is ready.")
+        try:
+            summary = await summarizer.summarize_now(request.session_id, "compact", first, through)
+        except Exception:  # noqa: BLE001 - the turns are stored; let the background job summarise them
+            logger.exception("session %s: summarising now failed; queued instead", request.session_id)
+            await summarizer.submit(request.session_id, "compact", first, through)
+            return (f"Compacted {_plural(dropped, 'turn')}. The summary could not be made just now; "
+                    "it will be written in the background.")
+        # The summariser persisted the injection; make the in-memory state match the store.
+        record = await store.get_session(request.session_id)
+        if record is not None:
+            state.summary, state.summary_turns = record.summary, record.summary_turns
+            state.summarized_through_seq = max(state.summarized_through_seq, record.summarized_through_seq)
+    logger.info("session %s: compacted %d turns", request.session_id, dropped)
+    if not summary:
+        return f"Compacted {_plural(dropped, 'turn')}. There was nothing worth summarising."
+    return f"Compacted {_plural(dropped, 'turn')}. Summary:\n\n{summary}"

@@ -1,0 +1,67 @@
+"""The hooks a plugin may implement, in the manner of simonw/llm's pluggy hookspecs.
+
+A plugin is a module (or any namespace) with functions marked ``@hookimpl``. An implementation takes
+any subset of a hook's arguments, by name. ``settings`` is the plugin's own validated settings (its
+``Settings`` model filled from ``config.plugins["<name>"]``) and ``services`` the application's parts
+(``app.Services``). Implementations may be plain functions or coroutines.
+
+Example ``plugins/shout.py``::
+
+    from plugins.hookspecs import hookimpl
+
+    @hookimpl
+    def after_reply(message, reply):
+        return reply.upper()
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pluggy
+
+logger = logging.getLogger(__name__)
+
+PROJECT = "longchat"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class _Skip:
+    """The type of :data:`SKIP`."""
+
+    _instance: _Skip | None = None
+
+    def __new__(cls) -> _Skip:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "SKIP"
+
+
+#: Returned from ``before_agent``: do not run the agent for this message (and send no reply).
+SKIP = _Skip()
+
+
+@hookspec
+def register_commands(register, settings, services):
+    """Register chat commands: ``register(name, handler, description, admin_only=False, private_only=False)``
+    or ``register(Command(...))``. A handler is ``async def handler(request: CommandRequest) -> str | None``."""
+
+
+@hookspec
+def register_tools(register, settings, services):
+    """Register tools for the model: ``register(tool_or_typed_function)``."""
+
+
+@hookspec
+def before_agent(message, text, settings, services):
+    """Called before the agent sees a message. Return a new text, None to leave it, or SKIP to stop."""
+
+
+@hookspec
+def after_reply(message, reply, settings, services):
+    """Called before a reply is sent. Return a new reply, or None to leave it."""

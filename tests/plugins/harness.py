@@ -1,0 +1,107 @@
+"""A whole bot in-process for plugin tests: real config file, store, dispatcher and plugin manager."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agent.loop import Agent
+from agent.session import LoggingDropSink, SessionManager
+from agent.tools.base import ToolRegistry
+from app import Services
+from channels.commands import CommandRegistry
+from channels.dispatcher import Dispatcher
+from config import ConfigHolder, load_config
+from memory.store import ConversationStore
+from plugins.manager import PluginManager, install
+from tests.fakes.channel import RecordingChannel
+from tests.fakes.fake_llm import FakeLLM
+
+
+class FakeSummarizer:
+    """Records jobs; ``summarize_now`` persists a fixed summary like the real one injects it."""
+
+    def __init__(self, text: str | None = "- Alice chose the blue plan.") -> None:
+        self.text = text
+        self.store: ConversationStore | None = None
+        self.submitted: list[tuple[str, str, int, int]] = []
+        self.now: list[tuple[str, str, int, int]] = []
+
+    async def submit(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> None:
+        """Record a background job."""
+        self.submitted.append((session_id, reason, from_seq, through_seq))
+
+    async def summarize_now(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> str | None:
+        """Record the call and persist the summary as injected."""
+        self.now.append((session_id, reason, from_seq, through_seq))
+        if self.text is None:
+            return None
+        assert self.store is not None
+        stored = await self.store.load_messages(session_id, from_seq, through_seq)
+        turns = sum(1 for m in stored if m.message.get("role") == "user")
+        await self.store.set_summary(session_id, self.text, turns, through_seq)
+        return self.text
+
+
+class PluginBot:
+    """The bot's parts over ``tmp_path`` (config.json, chatbot.db), with a telegram and a terminal channel."""
+
+    def __init__(self, tmp_path: Path, *, llm: FakeLLM | None = None, summarizer: FakeSummarizer | None = None,
+                 extra: list[Any] | None = None, directory: Path | None = None, **settings: Any) -> None:
+        self.tmp_path = tmp_path
+        self.path = tmp_path / "config.json"
+        if not self.path.exists() or settings:
+            self.path.write_text(json.dumps({"data_dir": "data", **settings}, indent=2), encoding="utf-8")
+        self.llm = llm or FakeLLM()
+        self.summarizer = summarizer
+        self.extra = extra or []
+        self.directory = directory
+        self.channel = RecordingChannel("telegram")
+        self.terminal = RecordingChannel("terminal")
+
+    async def __aenter__(self) -> PluginBot:
+        cfg = load_config(self.path, environ={})
+        self.holder = ConfigHolder(cfg, self.path)
+        self.store = ConversationStore(cfg.database_url())
+        await self.store.open()
+        sink = self.summarizer if self.summarizer is not None else LoggingDropSink()
+        if self.summarizer is not None:
+            self.summarizer.store = self.store
+        self.sessions = SessionManager(self.store, self.holder, sink)
+        self.tools = ToolRegistry()
+        self.agent = Agent(llm=self.llm, tools=self.tools, store=self.store, config=self.holder, sink=sink)
+        self.commands = CommandRegistry()
+        self.dispatcher = Dispatcher(config=self.holder, store=self.store, agent=self.agent, sessions=self.sessions,
+                                     commands=self.commands)
+        self.services = Services(config=self.holder, store=self.store, llm=self.llm, tools=self.tools,
+                                 sessions=self.sessions, agent=self.agent, dispatcher=self.dispatcher,
+                                 commands=self.commands, summarizer=self.summarizer)
+        self.dispatcher.services = self.services
+        await self.dispatcher.load_admins()
+        self.manager: PluginManager = install(self.services, directory=self.directory, extra=self.extra)
+        self.dispatcher.add_channel(self.channel)
+        self.dispatcher.add_channel(self.terminal)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.dispatcher.drain(5)
+        await self.store.close()
+
+    async def say(self, text: str, *, terminal: bool = False, **kw: Any) -> str:
+        """Send one message and return the reply it got."""
+        channel = self.terminal if terminal else self.channel
+        before = len(channel.sent)
+        await self.dispatcher.handle(channel.message(text, **kw))
+        await self.dispatcher.wait_idle()
+        replies = channel.texts()[before:]
+        assert len(replies) == 1, replies
+        return replies[0]
+
+    async def admin(self, text: str) -> str:
+        """Send from the terminal, whose user is always an admin."""
+        return await self.say(text, terminal=True)
+
+    def file_bytes(self) -> bytes:
+        """config.json as it is on disk."""
+        return self.path.read_bytes()
