@@ -1,0 +1,238 @@
+"""Token counting with a real offline tokenizer, and the table of model context windows.
+
+Counting uses ``bpe-openai``, which ships the cl100k and o200k tables inside the package and gives the
+same token ids as tiktoken, without any download. Each encoding is loaded once per process (about
+1 s the first time). If it cannot be loaded at all, a documented estimate is used instead
+(:func:`estimate_tokens`); ``TokenCounter.exact`` tells which one is in use.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Tokens charged per message on top of its text: the chat format wraps every message in
+#: ``<|start|>{role}<|message|>...<|end|>``, which OpenAI documents as 3 tokens, plus 1 that we add
+#: for the role/name token so a count never falls short. Rounded to 4.
+MESSAGE_OVERHEAD = 4
+
+#: Tokens charged for a content part that is not text (an image): the "low detail" price of an image.
+NON_TEXT_PART_TOKENS = 85
+
+#: The public encode call refuses inputs above 200,000 tokens, so long texts are counted in chunks of
+#: this many characters (a character is at most 4 UTF-8 bytes, so at most 4 tokens).
+_CHUNK_CHARS = 40_000
+
+#: Model name prefixes that use o200k_base; everything else uses cl100k_base.
+_O200K_PREFIXES: tuple[str, ...] = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
+
+_encodings: dict[str, Any] = {}
+_encodings_lock = threading.Lock()
+
+
+def _base_name(model: str) -> str:
+    """The model name without a provider prefix (``openai/gpt-4o`` -> ``gpt-4o``), lower case."""
+    return model.rsplit("/", 1)[-1].strip().lower()
+
+
+def encoding_name_for(model: str) -> str:
+    """The tokenizer encoding for a model: o200k_base for the gpt-4o/4.1/5 and o-series, else cl100k_base."""
+    name = _base_name(model)
+    return "o200k_base" if name.startswith(_O200K_PREFIXES) else "cl100k_base"
+
+
+def _load_encoding(name: str) -> Any | None:
+    """The bpe-openai encoding ``name``, loaded once per process; None when it cannot be loaded."""
+    with _encodings_lock:
+        if name in _encodings:
+            return _encodings[name]
+        try:
+            # bpe-openai reads its bundled tables with a deprecated importlib.resources call; the warning
+            # is harmless, and where warnings are errors (the tests) it would hide the real tokenizer.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                import bpe_openai
+
+                encoding = bpe_openai.get_encoding(name)
+        except Exception:  # any failure means "no tokenizer": fall back to the estimate
+            logger.warning("Tokenizer %s unavailable; using the character estimate", name, exc_info=True)
+            encoding = None
+        _encodings[name] = encoding
+        return encoding
+
+
+def _is_cjk(code: int) -> bool:
+    """Whether a code point is a CJK ideograph, kana, hangul or CJK punctuation."""
+    return (
+        0x3000 <= code <= 0x9FFF  # CJK punctuation, kana, CJK unified ideographs (and extension A)
+        or 0xAC00 <= code <= 0xD7AF  # hangul syllables
+        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+        or 0x20000 <= code <= 0x2FFFF  # extensions B and later
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate: 1 token per 4 ASCII chars, 1 per CJK char, 1 per 2 other chars.
+
+    Measured on ordinary prose: English is about 4.5-5 characters per token in both cl100k and o200k,
+    so 1/4 slightly over-counts. Chinese is about 1.06 tokens per character in cl100k and 0.65 in
+    o200k, so 1 per character is close and errs on the safe side. The reference charged 1.5 per CJK
+    character, which over-counts Chinese by 40-130 % and trims Chinese chats far too early. Other
+    scripts (Cyrillic, Greek, accented Latin, emoji) take several bytes per character and usually
+    1-2 characters per token, hence 1 per 2.
+    """
+    if text.isascii():
+        return (len(text) + 3) // 4
+    ascii_chars = cjk = other = 0
+    for char in text:
+        code = ord(char)
+        if code < 0x80:
+            ascii_chars += 1
+        elif _is_cjk(code):
+            cjk += 1
+        else:
+            other += 1
+    return (ascii_chars + 3) // 4 + cjk + (other + 1) // 2
+
+
+class TokenCounter:
+    """Counts tokens of texts and chat messages for one model, offline."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.encoding_name: str = encoding_name_for(model)
+        self._encoding = _load_encoding(self.encoding_name)
+        self.exact: bool = self._encoding is not None
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a plain text (special-token markers in it are counted as ordinary text)."""
+        if not text:
+            return 0
+        if self._encoding is None:
+            return estimate_tokens(text)
+        encode = self._encoding.encode_ordinary
+        if len(text) <= _CHUNK_CHARS:
+            return len(encode(text))
+        total = 0
+        start = 0
+        while start < len(text):
+            end = min(start + _CHUNK_CHARS, len(text))
+            if end < len(text):
+                # Cut just before a whitespace so the pieces tokenise as the whole would (within a token).
+                space = max(text.rfind(" ", end - 1000, end), text.rfind("\n", end - 1000, end))
+                if space > start:
+                    end = space
+            total += len(encode(text[start:end]))
+            start = end
+        return total
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        """Tokens of one chat message: content, tool calls, tool_call_id and name, plus MESSAGE_OVERHEAD."""
+        total = MESSAGE_OVERHEAD
+        content = message.get("content")
+        if isinstance(content, str):
+            total += self.count_text(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    total += self.count_text(part["text"])
+                elif part:
+                    total += NON_TEXT_PART_TOKENS
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += self.count_text(function.get("name") or "")
+            arguments = function.get("arguments") or ""
+            total += self.count_text(arguments if isinstance(arguments, str) else str(arguments))
+            total += 3  # the call id and its framing
+        for key in ("tool_call_id", "name"):
+            value = message.get(key)
+            if isinstance(value, str):
+                total += self.count_text(value)
+        return total
+
+
+#: Context windows in tokens by model-name prefix; the longest matching prefix wins.
+#: Sources: the providers' model pages (OpenAI, Anthropic, Google, DeepSeek, Alibaba, Meta, Mistral).
+CONTEXT_WINDOWS: dict[str, int] = {
+    # OpenAI
+    "gpt-5": 400_000,
+    "gpt-5-chat": 128_000,
+    "gpt-4.5": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "gpt-4o-mini": 128_000,
+    "chatgpt-4o": 128_000,
+    "gpt-4-turbo": 128_000,
+    "gpt-4-1106": 128_000,
+    "gpt-4-0125": 128_000,
+    "gpt-4-32k": 32_768,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "gpt-3.5-turbo-instruct": 4_096,
+    "gpt-oss": 131_072,
+    "o1": 200_000,
+    "o1-mini": 128_000,
+    "o1-preview": 128_000,
+    "o3": 200_000,
+    "o3-mini": 200_000,
+    "o4-mini": 200_000,
+    # Anthropic
+    "claude": 200_000,
+    # Google
+    "gemini": 1_048_576,
+    "gemini-1.5-pro": 2_097_152,
+    "gemini-1.0": 32_768,
+    "gemini-pro": 32_768,
+    "gemma": 8_192,
+    "gemma-3": 131_072,
+    # DeepSeek: V3 / R1 API models serve 128K (the first releases served 64K)
+    "deepseek-chat": 128_000,
+    "deepseek-reasoner": 128_000,
+    "deepseek": 128_000,
+    # Alibaba Qwen: the current API families and open Qwen2.5/Qwen3 serve 128K; qwen-max serves 32K
+    "qwen": 131_072,
+    "qwen-max": 32_768,
+    "qwen-turbo": 1_000_000,
+    "qwq": 131_072,
+    # Meta Llama: Llama 3 had 8K, Llama 3.1 and later 128K
+    "llama3": 8_192,
+    "llama-3": 8_192,
+    "llama3.1": 131_072,
+    "llama3.2": 131_072,
+    "llama3.3": 131_072,
+    "llama-3.1": 131_072,
+    "llama-3.2": 131_072,
+    "llama-3.3": 131_072,
+    "llama-4": 1_048_576,
+    # Others
+    "mistral-large": 131_072,
+    "mistral-small": 131_072,
+    "mistral": 32_768,
+    "mixtral": 32_768,
+    "moonshot-v1-8k": 8_192,
+    "moonshot-v1-32k": 32_768,
+    "moonshot-v1-128k": 131_072,
+    "kimi": 131_072,
+    "glm-4": 128_000,
+    "grok": 131_072,
+}
+
+#: The window assumed for a model the table does not know.
+DEFAULT_CONTEXT_WINDOW = 128_000
+
+
+def context_window(model: str, override: int = 0) -> int:
+    """The model's context window in tokens: ``override`` if positive, else the longest matching prefix."""
+    if override > 0:
+        return override
+    name = _base_name(model)
+    best = ""
+    for prefix in CONTEXT_WINDOWS:
+        if len(prefix) > len(best) and name.startswith(prefix):
+            best = prefix
+    return CONTEXT_WINDOWS[best] if best else DEFAULT_CONTEXT_WINDOW

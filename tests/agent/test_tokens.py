@@ -1,0 +1,173 @@
+"""Tests of agent/tokens.py: exact offline counts, the fallback estimate and the window table."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent import tokens
+from agent.tokens import (
+    DEFAULT_CONTEXT_WINDOW,
+    MESSAGE_OVERHEAD,
+    NON_TEXT_PART_TOKENS,
+    TokenCounter,
+    context_window,
+    encoding_name_for,
+    estimate_tokens,
+)
+
+ENGLISH = (
+    "The quick brown fox jumps over the lazy dog. Context management for long conversations is the "
+    "heart of this product, and it never loses what people said."
+)
+CHINESE = "人工智能正在改变我们的生活方式。在过去的十年里，机器学习技术取得了巨大的进步，尤其是在自然语言处理领域。"
+MIXED = "Deploy v2.3 到生产环境 at 18:00 UTC；请确认 rollback plan 已经准备好 (see JIRA-1234) 🚀 ok?"
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4"])
+@pytest.mark.parametrize("text", [ENGLISH, CHINESE, MIXED])
+def test_count_text_equals_bpe_openai_encode(model: str, text: str) -> None:
+    counter = TokenCounter(model)
+    encoding = tokens._load_encoding(counter.encoding_name)
+    assert type(encoding).__module__ == "bpe_openai.tokenizer"  # bpe-openai's own Encoding
+    expected = len(encoding.encode(text))
+    assert counter.exact is True
+    assert counter.count_text(text) == expected
+
+
+def test_known_counts() -> None:
+    # Fixed numbers, so a wrong encoding choice cannot pass by comparing with itself.
+    assert TokenCounter("gpt-4o").count_text("hello world") == 2
+    assert TokenCounter("gpt-4").count_text("hello world") == 2
+    assert TokenCounter("gpt-4o").count_text(CHINESE) < TokenCounter("gpt-4").count_text(CHINESE)
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini", "o200k_base"),
+        ("gpt-4.1-nano", "o200k_base"),
+        ("gpt-5", "o200k_base"),
+        ("o1", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("o4-mini", "o200k_base"),
+        ("openai/gpt-4o", "o200k_base"),
+        ("GPT-4O", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("deepseek-chat", "cl100k_base"),
+        ("qwen-plus", "cl100k_base"),
+    ],
+)
+def test_encoding_choice(model: str, encoding: str) -> None:
+    assert encoding_name_for(model) == encoding
+    assert TokenCounter(model).encoding_name == encoding
+
+
+def test_encoding_loaded_once_per_process() -> None:
+    assert TokenCounter("gpt-4o")._encoding is TokenCounter("gpt-4.1")._encoding
+    assert TokenCounter("gpt-4")._encoding is not TokenCounter("gpt-4o")._encoding
+
+
+def test_special_token_markers_are_ordinary_text() -> None:
+    counter = TokenCounter("gpt-4o")
+    text = "before <|endoftext|> after"
+    assert counter.count_text(text) == len(tokens._load_encoding("o200k_base").encode_ordinary(text))
+
+
+def test_long_text_is_counted_in_chunks_without_error() -> None:
+    counter = TokenCounter("gpt-4o")
+    text = "hello world, this is long. " * 10_000  # 270,000 characters, more than one chunk
+    expected = len(tokens._load_encoding("o200k_base").encode(text))
+    assert counter.count_text(text) == expected
+    huge = "x" * 1_200_000  # above bpe-openai's 1,000,000-character and 200,000-token limits
+    assert counter.count_text(huge) > 0
+
+
+def test_empty_text() -> None:
+    assert TokenCounter("gpt-4o").count_text("") == 0
+
+
+def test_count_message_parts() -> None:
+    counter = TokenCounter("gpt-4o")
+    c = counter.count_text
+    assert counter.count_message({"role": "user", "content": ENGLISH}) == MESSAGE_OVERHEAD + c(ENGLISH)
+    assert counter.count_message({"role": "assistant", "content": None}) == MESSAGE_OVERHEAD
+    parts = [{"type": "text", "text": ENGLISH}, {"type": "image_url", "image_url": {"url": "data:"}}]
+    assert counter.count_message({"role": "user", "content": parts}) == (
+        MESSAGE_OVERHEAD + c(ENGLISH) + NON_TEXT_PART_TOKENS
+    )
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "web_search", "arguments": '{"q": "x"}'}}
+    ]}
+    assert counter.count_message(call) == MESSAGE_OVERHEAD + c("web_search") + c('{"q": "x"}') + 3
+    result = {"role": "tool", "tool_call_id": "call_1", "content": CHINESE}
+    assert counter.count_message(result) == MESSAGE_OVERHEAD + c(CHINESE) + c("call_1")
+
+
+def test_estimate_tokens() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("abcd" * 10) == 10
+    assert estimate_tokens("abcde") == 2
+    assert estimate_tokens("你好世界") == 4  # one per CJK character, not 1.5
+    assert estimate_tokens("你好 abcd") == 2 + 2  # "你好" + " abcd" (5 ASCII -> 2)
+    assert estimate_tokens("привет") == 3  # other scripts: one per two characters
+
+
+def test_fallback_when_no_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(tokens._encodings, "cl100k_base", None)
+    counter = TokenCounter("gpt-4")
+    assert counter.exact is False
+    assert counter.count_text(CHINESE) == estimate_tokens(CHINESE) == len(CHINESE)
+    assert counter.count_message({"role": "user", "content": "abcdefgh"}) == MESSAGE_OVERHEAD + 2
+
+
+def test_estimate_is_close_for_chinese() -> None:
+    # The estimate must not over-count Chinese like the reference's 1.5 per character did.
+    exact = TokenCounter("gpt-4").count_text(CHINESE)
+    assert exact * 0.8 <= estimate_tokens(CHINESE) <= exact * 1.25
+
+
+@pytest.mark.parametrize(
+    ("model", "window"),
+    [
+        ("gpt-4o", 128_000),
+        ("gpt-4o-mini", 128_000),
+        ("gpt-4o-2024-08-06", 128_000),
+        ("gpt-4.1", 1_047_576),
+        ("gpt-4.1-mini", 1_047_576),
+        ("gpt-5", 400_000),
+        ("gpt-5-mini", 400_000),
+        ("o1", 200_000),
+        ("o3-mini", 200_000),
+        ("o4-mini", 200_000),
+        ("gpt-4-turbo", 128_000),
+        ("gpt-4-turbo-2024-04-09", 128_000),
+        ("gpt-4", 8_192),
+        ("gpt-4-0613", 8_192),
+        ("gpt-4-32k", 32_768),
+        ("gpt-3.5-turbo", 16_385),
+        ("deepseek-chat", 128_000),
+        ("deepseek-reasoner", 128_000),
+        ("claude-3-5-sonnet-latest", 200_000),
+        ("gemini-2.0-flash", 1_048_576),
+        ("qwen-plus", 131_072),
+        ("llama3.1:8b", 131_072),
+        ("openai/gpt-4o", 128_000),
+        ("some-unknown-model", DEFAULT_CONTEXT_WINDOW),
+        ("", DEFAULT_CONTEXT_WINDOW),
+    ],
+)
+def test_context_window_table(model: str, window: int) -> None:
+    assert context_window(model) == window
+
+
+def test_context_window_unknown_is_128k() -> None:
+    assert context_window("my-local-model") == 128_000
+
+
+def test_context_window_override() -> None:
+    assert context_window("gpt-4", 32_000) == 32_000
+    assert context_window("unknown", 4_096) == 4_096
+    assert context_window("gpt-4o", 0) == 128_000
