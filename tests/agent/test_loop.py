@@ -1,0 +1,167 @@
+"""Tests for agent/loop.py: the tool loop, persistence, step limit, tool errors, caps, overflow recovery."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.errors import ContextOverflowError
+from agent.loop import CLEARED_REPLY, FINAL_ANSWER_PROMPT, Agent
+from agent.session import SessionManager
+from agent.tools.base import ToolRegistry, tool
+from config import Config, ConfigHolder
+from memory.store import ConversationStore, SessionInfo
+from tests.fakes.fake_llm import FakeLLM
+
+INFO = SessionInfo(session_id="terminal:local", channel="terminal", chat_id="local", user_id="local")
+
+
+class Sink:
+    """Records drops."""
+
+    def __init__(self):
+        self.drops = []
+
+    async def submit(self, session_id, reason, from_seq, through_seq):
+        self.drops.append((session_id, reason, from_seq, through_seq))
+
+
+@tool
+def echo_tool(ctx, text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool
+def broken(ctx) -> str:
+    """Always fails."""
+    raise RuntimeError("the disk is on fire")
+
+
+@tool
+def huge(ctx) -> str:
+    """Return 60,000 characters."""
+    return "x" * 60_000
+
+
+@pytest.fixture
+async def parts(tmp_path):
+    store = ConversationStore(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def make(store, llm, **settings):
+    holder = ConfigHolder(Config(data_dir="/nonexistent", **settings))
+    sink = Sink()
+    agent = Agent(llm=llm, tools=ToolRegistry([echo_tool, broken, huge]), store=store, config=holder, sink=sink)
+    sessions = SessionManager(store, holder, sink)
+    state = await sessions.get(INFO)
+    return agent, state, sink
+
+
+async def turn(agent, state, text):
+    async with state.lock:
+        await agent.add_user_message(state, text)
+        return await agent.run_turn(state)
+
+
+async def test_tool_round_trip_is_persisted_in_order(parts):
+    llm = FakeLLM().enqueue_tools(("echo_tool", {"text": "pong"})).enqueue("done")
+    agent, state, _ = await make(parts, llm)
+    result = await turn(agent, state, "ping")
+    assert result.text == "done" and result.steps == 2 and result.tool_calls == 1
+    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[2] == {"role": "tool", "tool_call_id": stored[1]["tool_calls"][0]["id"], "content": "pong"}
+    # the second request carried the tool call and its result
+    assert [m["role"] for m in llm.history[1].messages] == ["system", "user", "assistant", "tool"]
+
+
+async def test_a_failing_tool_returns_its_error_and_the_turn_goes_on(parts):
+    llm = FakeLLM().enqueue_tools(("broken", {})).enqueue("sorry about that")
+    agent, state, _ = await make(parts, llm)
+    result = await turn(agent, state, "try it")
+    assert result.text == "sorry about that"
+    assert llm.history[1].messages[-1]["content"] == "Error: RuntimeError: the disk is on fire"
+
+
+async def test_unknown_tool_and_bad_arguments_are_reported(parts):
+    from agent.llm import LLMResponse, ToolCall
+
+    bad = LLMResponse(content=None, tool_calls=(ToolCall("c1", "nope", "{}"), ToolCall("c2", "echo_tool", "{oops")))
+    llm = FakeLLM().enqueue(bad).enqueue("ok")
+    agent, state, _ = await make(parts, llm)
+    await turn(agent, state, "x")
+    results = [m["content"] for m in llm.history[1].messages if m["role"] == "tool"]
+    assert results[0].startswith("Error: LookupError: unknown tool 'nope'")
+    assert results[1].startswith("Error: ValueError: tool arguments are not valid JSON")
+
+
+async def test_tool_results_are_capped_at_50000_characters(parts):
+    llm = FakeLLM().enqueue_tools(("huge", {})).enqueue("ok")
+    agent, state, _ = await make(parts, llm)
+    await turn(agent, state, "x")
+    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    content = stored[2]["content"]
+    assert content.startswith("x" * 50_000)
+    assert content[50_000:] == "\n\n[Tool result truncated: showing 50,000 of 60,000 characters]"
+
+
+async def test_step_limit_makes_one_final_call_without_tools(parts):
+    llm = FakeLLM()
+    for _ in range(3):
+        llm.enqueue_tools(("echo_tool", {"text": "again"}))
+    llm.enqueue("final answer")
+    agent, state, _ = await make(parts, llm, agent_max_steps=3)
+    result = await turn(agent, state, "loop forever")
+    assert result.text == "final answer"
+    assert len(llm.history) == 4
+    assert all(r.tools for r in llm.history[:3])
+    last = llm.history[3]
+    assert last.tools is None
+    assert last.messages[-1] == {"role": "system", "content": FINAL_ANSWER_PROMPT}
+    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    # the final-answer prompt is never stored, and the only user message is the user's
+    assert [m["content"] for m in stored if m["role"] == "user"] == ["loop forever"]
+    assert all(m.get("content") != FINAL_ANSWER_PROMPT for m in stored)
+    assert stored[-1] == {"role": "assistant", "content": "final answer"}
+
+
+def overflow():
+    return ContextOverflowError("This model's maximum context length is 100 tokens", status=400,
+                                code="context_length_exceeded")
+
+
+async def test_overflow_recovery_stages_then_clear(parts):
+    llm = FakeLLM()
+    agent, state, sink = await make(parts, llm)
+    for i in range(8):
+        await turn(agent, state, f"message {i}")
+    before = len(await parts.load_messages(INFO.session_id))
+    for _ in range(4):
+        llm.enqueue(overflow())
+    result = await turn(agent, state, "one more")
+    assert result.cleared and result.text == CLEARED_REPLY
+    # the first call plus the stages 5, 2 and 1 turns
+    kept_turns = [len(r.user_texts()) for r in llm.history[-4:]]
+    assert kept_turns == [9, 5, 2, 1]
+    assert sink.drops[-1][1] == "overflow"
+    record = await parts.get_session(INFO.session_id)
+    assert record.context_start_seq == record.last_seq + 1
+    # rows are never deleted
+    assert len(await parts.load_messages(INFO.session_id)) == before + 1
+    result = await turn(agent, state, "fresh start")
+    assert llm.history[-1].user_texts() == ["fresh start"]
+
+
+async def test_overflow_recovery_succeeds_at_the_second_stage(parts):
+    llm = FakeLLM()
+    agent, state, _ = await make(parts, llm)
+    for i in range(8):
+        await turn(agent, state, f"message {i}")
+    llm.enqueue(overflow()).enqueue(overflow())
+    result = await turn(agent, state, "last")
+    assert result.text == "echo: last"
+    assert [len(r.user_texts()) for r in llm.history[-3:]] == [9, 5, 2]
+    assert not result.cleared

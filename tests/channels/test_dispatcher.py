@@ -1,0 +1,207 @@
+"""Tests for channels/dispatcher.py with a recording channel, the fake model and a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent.errors import TransientLLMError
+from agent.loop import Agent
+from agent.session import LoggingDropSink, SessionManager
+from agent.tools.base import ToolRegistry
+from channels.commands import Command, CommandRegistry
+from channels.dispatcher import ADMIN_ONLY_REPLY, TEXT_ONLY_REPLY, TRANSIENT_REPLY, Dispatcher
+from config import Config, ConfigHolder
+from memory.store import ConversationStore
+from tests.fakes.channel import RecordingChannel
+from tests.fakes.fake_llm import FakeLLM
+
+
+class Bot:
+    """A dispatcher with its parts, over one database file."""
+
+    def __init__(self, tmp_path, llm: FakeLLM | None = None, **settings) -> None:
+        self.config = ConfigHolder(Config(data_dir=str(tmp_path), **settings))
+        self.store = ConversationStore(f"sqlite+aiosqlite:///{tmp_path / 'chatbot.db'}")
+        self.llm = llm or FakeLLM()
+        self.channel = RecordingChannel()
+
+    async def __aenter__(self) -> Bot:
+        await self.store.open()
+        sink = LoggingDropSink()
+        self.sessions = SessionManager(self.store, self.config, sink)
+        self.agent = Agent(llm=self.llm, tools=ToolRegistry(), store=self.store, config=self.config, sink=sink)
+        self.commands = CommandRegistry()
+        self.dispatcher = Dispatcher(config=self.config, store=self.store, agent=self.agent,
+                                     sessions=self.sessions, commands=self.commands)
+        self.dispatcher.add_channel(self.channel)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.dispatcher.drain(5)
+        await self.store.close()
+
+    async def say(self, text: str, **kw) -> None:
+        await self.dispatcher.handle(self.channel.message(text, **kw))
+
+
+async def test_private_message_is_answered_and_stored(tmp_path):
+    async with Bot(tmp_path) as bot:
+        await bot.say("hello")
+        assert await bot.channel.wait_for(1) == ["echo: hello"]
+        await bot.dispatcher.wait_idle()
+        stored = await bot.store.load_messages("telegram:100")
+        assert [m.message for m in stored] == [{"role": "user", "content": "hello"},
+                                               {"role": "assistant", "content": "echo: hello"}]
+        assert await bot.store.pending_incoming() == []
+
+
+async def test_duplicate_message_id_is_answered_once(tmp_path):
+    async with Bot(tmp_path) as bot:
+        await bot.say("hi", message_id="7")
+        await bot.say("hi", message_id="7")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["echo: hi"]
+        assert len(bot.llm.history) == 1
+
+
+async def test_dedup_survives_a_restart(tmp_path):
+    async with Bot(tmp_path) as bot:
+        await bot.say("hi", message_id="9")
+        await bot.dispatcher.wait_idle()
+    async with Bot(tmp_path) as bot:
+        await bot.say("hi", message_id="9")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == []
+
+
+async def test_one_session_in_order_sessions_concurrently(tmp_path):
+    llm = FakeLLM(latency=0.05)
+    async with Bot(tmp_path, llm) as bot:
+        for i in range(5):
+            await bot.say(f"a{i}", chat_id="1", user_id="1")
+            await bot.say(f"b{i}", chat_id="2", user_id="2")
+        await bot.dispatcher.wait_idle()
+        a = [t for m, t in bot.channel.sent if m.chat_id == "1"]
+        b = [t for m, t in bot.channel.sent if m.chat_id == "2"]
+        assert a == [f"echo: a{i}" for i in range(5)]
+        assert b == [f"echo: b{i}" for i in range(5)]
+        # the two sessions overlapped: 10 turns at 50 ms took well under 10 x 50 ms in sequence
+        user_counts = [len(r.user_texts()) for r in llm.history if "a" in r.user_texts()[-1]]
+        assert user_counts == [1, 2, 3, 4, 5]
+
+
+async def test_concurrency_is_bounded(tmp_path):
+    llm = FakeLLM(latency=0.05)
+    running = peak = 0
+    original = llm.complete
+
+    async def counting(*args, **kw):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            return await original(*args, **kw)
+        finally:
+            running -= 1
+
+    llm.complete = counting
+    async with Bot(tmp_path, llm, max_concurrent_turns=3) as bot:
+        for i in range(10):
+            await bot.say("x", chat_id=str(i), user_id=str(i))
+        await bot.dispatcher.wait_idle()
+        assert len(bot.channel.sent) == 10
+        assert peak == 3
+
+
+async def test_group_rules(tmp_path):
+    async with Bot(tmp_path, group_name_white_list=["Team"]) as bot:
+        await bot.say("just chatting", is_group=True, group_name="Team", chat_id="-1")
+        await bot.say("@bot hi", is_group=True, group_name="Other", chat_id="-2")
+        await bot.say("@bot hi", is_group=True, group_name="Team", chat_id="-1", user_name="Bob", user_id="5")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["echo: [Bob] hi"]
+        assert await bot.store.get_session("telegram:group:-1:5") is not None
+
+
+async def test_shared_group_session_keeps_speaker_names(tmp_path):
+    async with Bot(tmp_path, group_shared_session=True) as bot:
+        await bot.say("@bot I am Alice", is_group=True, group_name="G", chat_id="-1", user_name="Alice", user_id="1")
+        await bot.say("@bot I am Bob", is_group=True, group_name="G", chat_id="-1", user_name="Bob", user_id="2")
+        await bot.dispatcher.wait_idle()
+        texts = bot.llm.history[-1].user_texts()
+        assert texts == ["[Alice] I am Alice", "[Bob] I am Bob"]
+
+
+async def test_non_text_in_private_gets_a_note_without_the_model(tmp_path):
+    async with Bot(tmp_path) as bot:
+        await bot.say("", content_type="sticker")
+        await bot.say("", content_type="sticker", is_group=True, group_name="G", chat_id="-1")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == [TEXT_ONLY_REPLY]
+        assert bot.llm.history == []
+
+
+async def test_commands_never_reach_the_model(tmp_path):
+    async def secret(request):
+        return "secret ok"
+
+    async with Bot(tmp_path) as bot:
+        bot.commands.register(Command("secret", "admin thing", secret, admin_only=True))
+        await bot.say("/secret")
+        await bot.say("/secret@testbot", chat_id="-1", user_id="3", is_group=True, group_name="G")
+        await bot.say("/secret@otherbot", chat_id="-1", user_id="3", is_group=True, group_name="G")
+        await bot.say("/nope")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["Sorry, /secret is for admins only.",
+                                       ADMIN_ONLY_REPLY.format(command="secret"),
+                                       "Unknown command /nope. Send /help for the list."]
+        assert bot.llm.history == []
+
+
+async def test_model_outage_gets_a_clear_reply_and_keeps_the_message(tmp_path):
+    llm = FakeLLM().enqueue(TransientLLMError("down", status=503))
+    async with Bot(tmp_path, llm) as bot:
+        await bot.say("are you there?")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == [TRANSIENT_REPLY]
+        stored = await bot.store.load_messages("telegram:100")
+        assert [m.message["content"] for m in stored] == ["are you there?"]
+        await bot.say("again")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts()[-1] == "echo: again"
+
+
+async def test_crash_resume_answers_exactly_once(tmp_path):
+    gate = asyncio.Event()
+    llm = FakeLLM()
+    original = llm.complete
+
+    async def hang(*args, **kw):
+        await gate.wait()
+        return await original(*args, **kw)
+
+    llm.complete = hang
+    async with Bot(tmp_path, llm) as bot:
+        await bot.say("remember this")
+        await asyncio.sleep(0.05)
+        # the process "dies" mid-turn: the turn is cancelled, nothing was answered
+        assert await bot.dispatcher.drain(0.01) is False
+        assert bot.channel.texts() == []
+    async with Bot(tmp_path) as bot:
+        assert await bot.dispatcher.resume_pending() == 1
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["echo: remember this"]
+        stored = await bot.store.load_messages("telegram:100")
+        assert [m.message["role"] for m in stored] == ["user", "assistant"]
+    async with Bot(tmp_path) as bot:
+        assert await bot.dispatcher.resume_pending() == 0
+
+
+@pytest.mark.parametrize("admin", ["telegram:100", None])
+async def test_admins(tmp_path, admin):
+    async with Bot(tmp_path, admin_users=[admin] if admin else []) as bot:
+        assert bot.dispatcher.is_admin(bot.channel.message("x")) is bool(admin)
+        terminal = RecordingChannel("terminal")
+        assert bot.dispatcher.is_admin(terminal.message("x"))
