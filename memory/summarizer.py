@@ -89,6 +89,8 @@ class Summarizer:
         self._workers: dict[str, asyncio.Task] = {}
         self._queued: set[int] = set()
         self._clears: dict[str, int] = {}
+        #: jobs cancelled by drain(): they run first when their session gets a new job, or at start()
+        self._stranded: dict[str, list[_Job]] = {}
 
     # --- public API --------------------------------------------------------------------------
     async def submit(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> None:
@@ -107,6 +109,7 @@ class Summarizer:
 
     async def start(self) -> None:
         """Queue the jobs the last process left pending, oldest first."""
+        self._stranded.clear()  # they are in the journal too
         jobs = [j for j in await self.store.pending_summary_jobs() if j.id not in self._queued]
         for j in jobs:
             if j.reason == "clear":
@@ -138,10 +141,7 @@ class Summarizer:
         for sid, task in list(self._workers.items()):  # cancelled before it ever ran: its finally did not run
             if task.done():
                 del self._workers[sid]
-                for job in self._queues.pop(sid, ()):
-                    self._queued.discard(job.id)
-                    if job.done is not None:
-                        job.done.cancel()
+                self._strand(sid, self._queues.pop(sid, deque()))
         logger.warning("%d summary job(s) unfinished after %.1fs; they run again at the next start", left_over, grace)
         return False
 
@@ -161,8 +161,12 @@ class Summarizer:
                            self._clears.get(session_id, 0), done))
 
     def _enqueue(self, job: _Job) -> None:
+        queue = self._queues.setdefault(job.session_id, deque())
+        for old in self._stranded.pop(job.session_id, []):  # keep submission order
+            self._queued.add(old.id)
+            queue.append(old)
         self._queued.add(job.id)
-        self._queues.setdefault(job.session_id, deque()).append(job)
+        queue.append(job)
         if job.session_id not in self._workers:
             self._workers[job.session_id] = asyncio.create_task(self._work(job.session_id),
                                                                 name=f"summary:{job.session_id}")
@@ -190,10 +194,16 @@ class Summarizer:
             # No await between the last emptiness check and here, so no job can be stranded.
             del self._workers[session_id]
             del self._queues[session_id]
-            for job in queue:  # cancelled by drain(): left journalled
-                self._queued.discard(job.id)
-                if job.done is not None:
-                    job.done.cancel()
+            self._strand(session_id, queue)
+
+    def _strand(self, session_id: str, jobs: deque[_Job]) -> None:
+        """Keep jobs cancelled by drain() (still journalled) to run before the session's next job."""
+        for job in jobs:
+            self._queued.discard(job.id)
+            if job.done is not None:
+                job.done.cancel()
+                job.done = None
+            self._stranded.setdefault(session_id, []).append(job)
 
     # --- one job ----------------------------------------------------------------------------
     async def _run(self, job: _Job) -> _Outcome:

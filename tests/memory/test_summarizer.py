@@ -516,3 +516,18 @@ async def test_unknown_reason_is_rejected(world):
     with pytest.raises(ValueError, match="unknown summary reason 'trimm'"):
         await world.summarizer.submit(A.session_id, "trimm", 1, 2)
     assert await world.job_rows() == []
+
+
+async def test_jobs_cancelled_by_drain_run_before_the_sessions_next_job(world):
+    await world.seed(A, "a", "b", "c", "d")
+    await world.summarizer.submit(A.session_id, "trim", 1, 2)
+    assert await world.summarizer.drain(0) is False
+    assert world.summarizer.pending() == 0
+    assert len(await world.store.pending_summary_jobs()) == 1
+    world.llm.enqueue("- a and b").enqueue("- a to d")
+    await world.summarizer.submit(A.session_id, "trim", 3, 4)
+    assert world.summarizer.pending() == 2  # the cancelled job runs first, in submission order
+    assert await world.summarizer.drain(2)
+    assert await world.store.pending_summary_jobs() == []
+    assert world.llm.history[0].messages[1]["content"].endswith("User: a\nAssistant: b")
+    assert (await world.store.get_session(A.session_id)).summary == "- a to d"
