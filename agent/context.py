@@ -328,6 +328,8 @@ def _fit_current_turn(turn: Turn, max_tokens: int, counter: TokenCounter) -> tup
     others = _turn_tokens(turn, counter) - _count(user, counter)
     text_tokens = max(1, counter.count_text(text))
     available = max_tokens - others
+    if available <= 0:
+        return turn, ""  # the tool chain alone is too big: cutting the question would not help
     limit = int(len(text) * available / text_tokens * 0.95)
     best = None
     while True:

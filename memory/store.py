@@ -194,6 +194,15 @@ class ConversationStore:
             await s.execute(update(SessionRow).where(SessionRow.session_id == session_id).values(**values))
             await s.commit()
 
+    async def set_summarized_through(self, session_id: str, seq: int) -> None:
+        """Record that messages up to ``seq`` were summarised (never moves back), leaving the summary as is."""
+        through = func.max(SessionRow.summarized_through_seq, seq) if self.dialect == "sqlite" \
+            else func.greatest(SessionRow.summarized_through_seq, seq)
+        async with self._s() as s:
+            await s.execute(update(SessionRow).where(SessionRow.session_id == session_id)
+                            .values(summarized_through_seq=through))
+            await s.commit()
+
     # --- messages ------------------------------------------------------------------------
     async def append(self, session_id: str, messages: list[dict[str, Any]]) -> list[int]:
         """Store messages at the end of a session; return their seqs."""

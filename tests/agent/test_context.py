@@ -353,6 +353,13 @@ def test_current_user_text_cut_has_a_floor() -> None:
     assert r.actions[-1].startswith("the current turn alone exceeds the budget")
 
 
+def test_current_user_text_not_cut_when_its_tool_chain_alone_is_too_big() -> None:
+    msgs = [user(1, "q" * 5_000), call(2, "a"), result(3, "a", "r" * 50_000)]
+    r = prepare_context(msgs, Budget(20, 10_000), CharCounter())
+    assert r.messages == msgs and all(a is b for a, b in zip(r.messages, msgs, strict=True))
+    assert r.actions == ["the current turn alone exceeds the budget (55024 > 10000 tokens)"]
+
+
 def test_no_input_mutation() -> None:
     msgs = history_of_tool_turns(6)
     msgs[2] = result(12, "c10", "big" * 10_000)

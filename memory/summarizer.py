@@ -1,0 +1,314 @@
+"""Background summary jobs (DESIGN §3): journalled, one at a time per session, injected on the event loop.
+
+A job covers the messages ``from_seq..through_seq`` of a session that left its context (reasons ``trim``,
+``restore``, ``overflow``, ``clear``, ``compact``). Its life:
+
+1. :meth:`Summarizer.submit` journals it (``summary_jobs`` row) and queues it; the caller never waits.
+2. The session's worker runs its jobs in submission order; different sessions run concurrently, at most
+   ``concurrency`` at once.
+3. Only messages after the session's ``summarized_through_seq`` are read, so each message is summarised
+   at most once (no text-hash dedup: a repeated "ok" is still summarised). Nothing new: the job is skipped.
+4. One model call (no tools, temperature 0, ``summary_model`` or ``model``), with the session's current
+   summary first, so a later summary covers the earlier one. Failures are retried after
+   ``retry_delays``; then a rule-based fallback (see :mod:`memory.summary_text`) is used.
+5. The result is appended to the session's daily memory file; "none" writes nothing.
+6. Except for ``clear``, the result becomes the session's injected summary: persisted, then set on the
+   live :class:`~agent.session.SessionState` by plain assignments (no await in between), which the
+   running turn picks up at its next model call. A ``clear`` job writes memory only and leaves the summary
+   reset; jobs submitted before a clear no longer inject (their summary would describe a context that was
+   cleared). ``summarized_through_seq`` always advances.
+7. The job is marked done. A crash before that re-runs it at the next :meth:`Summarizer.start`
+   (at-least-once; step 3 makes a re-run harmless once the injection happened).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import AuthLLMError, NotConfiguredError
+from agent.llm import BaseLLM
+from memory.daily import DailyMemory
+from memory.store import ConversationStore, SessionRecord
+from memory.summary_text import build_request, count_turns, fallback_summary, is_none, roll_fallback
+
+logger = logging.getLogger(__name__)
+
+REASONS = frozenset({"trim", "restore", "overflow", "clear", "compact"})
+#: Errors retrying cannot fix: go straight to the fallback.
+_PERMANENT = (NotConfiguredError, AuthLLMError)
+
+
+@dataclass(eq=False)
+class _Job:
+    id: int
+    session_id: str
+    reason: str
+    from_seq: int
+    through_seq: int
+    epoch: int  # the session's clear count when the job was queued
+    done: asyncio.Future | None = None  # set for summarize_now()
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    text: str | None  # what was written to memory
+    injected: str | None  # what became the session's summary
+    turns: int
+    status: str  # summarised, fallback, none, skipped
+
+
+class Summarizer:
+    """Summarises turns that left a session's context into its daily memory and its injected summary."""
+
+    def __init__(
+        self,
+        *,
+        store: ConversationStore,
+        llm: BaseLLM,
+        config: Callable[[], Any],
+        sessions: Any | None,
+        daily: DailyMemory,
+        retry_delays: tuple[float, ...] = (1.0, 4.0),
+        concurrency: int = 4,
+    ) -> None:
+        self.store = store
+        self.llm = llm
+        self.config = config
+        #: the SessionManager whose live states get the injection; may be set after construction
+        self.sessions = sessions
+        self.daily = daily
+        self.retry_delays = tuple(retry_delays)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._queues: dict[str, deque[_Job]] = {}
+        self._workers: dict[str, asyncio.Task] = {}
+        self._queued: set[int] = set()
+        self._clears: dict[str, int] = {}
+        #: jobs cancelled by drain(): they run first when their session gets a new job, or at start()
+        self._stranded: dict[str, list[_Job]] = {}
+
+    # --- public API --------------------------------------------------------------------------
+    async def submit(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> None:
+        """Journal a job for ``from_seq..through_seq`` and run it in the background; return at once."""
+        await self._submit(session_id, reason, from_seq, through_seq, None)
+
+    async def summarize_now(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> str | None:
+        """Run a job (journalled, after the session's queued jobs) and return its summary; None for "none"."""
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._submit(session_id, reason, from_seq, through_seq, done)
+        return await done
+
+    def note_cleared(self, session_id: str) -> None:
+        """The session's context was just cleared: jobs queued before now must not inject their summary."""
+        self._clears[session_id] = self._clears.get(session_id, 0) + 1
+
+    async def start(self) -> None:
+        """Queue the jobs the last process left pending, oldest first."""
+        self._stranded.clear()  # they are in the journal too
+        jobs = [j for j in await self.store.pending_summary_jobs() if j.id not in self._queued]
+        for j in jobs:
+            if j.reason == "clear":
+                self.note_cleared(j.session_id)
+            self._enqueue(_Job(j.id, j.session_id, j.reason, j.from_seq, j.through_seq,
+                               self._clears.get(j.session_id, 0)))
+        if jobs:
+            logger.info("resuming %d pending summary job(s)", len(jobs))
+
+    async def drain(self, grace: float = 10.0) -> bool:
+        """Wait up to ``grace`` s for queued and running jobs; cancel the rest (they stay journalled).
+
+        True if every job finished.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self._workers:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.wait(list(self._workers.values()), timeout=left)
+        if not self._workers:
+            return True
+        left_over = self.pending()
+        tasks = list(self._workers.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sid, task in list(self._workers.items()):  # cancelled before it ever ran: its finally did not run
+            if task.done():
+                del self._workers[sid]
+                self._strand(sid, self._queues.pop(sid, deque()))
+        logger.warning("%d summary job(s) unfinished after %.1fs; they run again at the next start", left_over, grace)
+        return False
+
+    def pending(self) -> int:
+        """Jobs queued or running."""
+        return sum(len(q) for q in self._queues.values())
+
+    # --- queueing ----------------------------------------------------------------------------
+    async def _submit(self, session_id: str, reason: str, from_seq: int, through_seq: int,
+                      done: asyncio.Future | None) -> None:
+        if reason not in REASONS:
+            raise ValueError(f"unknown summary reason {reason!r}; expected one of {', '.join(sorted(REASONS))}")
+        if reason == "clear":  # before any await: a job finishing meanwhile must not inject
+            self.note_cleared(session_id)
+        job_id = await self.store.add_summary_job(session_id, reason, from_seq, through_seq)
+        self._enqueue(_Job(job_id, session_id, reason, from_seq, through_seq,
+                           self._clears.get(session_id, 0), done))
+
+    def _enqueue(self, job: _Job) -> None:
+        queue = self._queues.setdefault(job.session_id, deque())
+        for old in self._stranded.pop(job.session_id, []):  # keep submission order
+            self._queued.add(old.id)
+            queue.append(old)
+        self._queued.add(job.id)
+        queue.append(job)
+        if job.session_id not in self._workers:
+            self._workers[job.session_id] = asyncio.create_task(self._work(job.session_id),
+                                                                name=f"summary:{job.session_id}")
+
+    async def _work(self, session_id: str) -> None:
+        """Run the session's jobs one at a time, in order, until its queue is empty."""
+        queue = self._queues[session_id]
+        try:
+            while queue:
+                job = queue[0]
+                try:
+                    async with self._slots:
+                        outcome = await self._run(job)
+                except Exception as exc:  # noqa: BLE001 - the job stays journalled for the next start
+                    logger.exception("summary job %d (session %s) failed; it runs again at the next start",
+                                     job.id, session_id)
+                    if job.done is not None and not job.done.done():
+                        job.done.set_exception(exc)
+                else:
+                    if job.done is not None and not job.done.done():
+                        job.done.set_result(outcome.injected or outcome.text)
+                queue.popleft()
+                self._queued.discard(job.id)
+        finally:
+            # No await between the last emptiness check and here, so no job can be stranded.
+            del self._workers[session_id]
+            del self._queues[session_id]
+            self._strand(session_id, queue)
+
+    def _strand(self, session_id: str, jobs: deque[_Job]) -> None:
+        """Keep jobs cancelled by drain() (still journalled) to run before the session's next job."""
+        for job in jobs:
+            self._queued.discard(job.id)
+            if job.done is not None:
+                job.done.cancel()
+                job.done = None
+            self._stranded.setdefault(session_id, []).append(job)
+
+    # --- one job ----------------------------------------------------------------------------
+    async def _run(self, job: _Job) -> _Outcome:
+        started = time.perf_counter()
+        sid = job.session_id
+        record = await self.store.get_session(sid)
+        state = self._state(sid)
+        through = record.summarized_through_seq if record else 0
+        if state is not None:
+            through = max(through, state.summarized_through_seq)
+        first = max(job.from_seq, through + 1)
+        stored = await self.store.load_messages(sid, first, job.through_seq) \
+            if record is not None and first <= job.through_seq else []
+        if not stored:
+            outcome = _Outcome(None, None, 0, "skipped")
+            if job.reason == "clear" and record is not None:
+                await self._reset(job)
+        else:
+            outcome = await self._summarise_job(job, record, [m.message for m in stored])
+        await self.store.finish_summary_job(job.id)
+        logger.info("summary job %d session %s %s seqs %d-%d: %d turns, %s, %.0f ms", job.id, sid, job.reason,
+                    stored[0].seq if stored else first, job.through_seq, outcome.turns, outcome.status,
+                    (time.perf_counter() - started) * 1000)
+        return outcome
+
+    async def _summarise_job(self, job: _Job, record: SessionRecord, messages: list[dict[str, Any]]) -> _Outcome:
+        turns = count_turns(messages)
+        earlier, earlier_turns = (None, 0) if job.reason == "clear" else self._current_summary(record)
+        text, fallback = await self._call_model(job, messages, earlier)
+        if text is not None:
+            await self.daily.append(job.session_id, job.reason, text)
+        if job.reason == "clear":
+            await self._reset(job)
+            return _Outcome(text, None, turns, "fallback" if fallback else ("none" if text is None else "summarised"))
+        if text is None:
+            await self._advance(job)
+            return _Outcome(None, None, turns, "none")
+        injected = roll_fallback(earlier, text) if fallback else text
+        done = await self._inject(job, injected, earlier_turns + turns)
+        status = "fallback" if fallback else "summarised"
+        return _Outcome(text, injected if done else None, turns, status if done else f"{status}, memory only")
+
+    async def _call_model(self, job: _Job, messages: list[dict[str, Any]],
+                          earlier: str | None) -> tuple[str | None, bool]:
+        """The summary (None for "none") and whether it is the rule-based fallback."""
+        request = build_request(messages, earlier)
+        cfg = self.config()
+        model = cfg.summary_model or cfg.model
+        tries = 1 + len(self.retry_delays)
+        for attempt in range(1, tries + 1):
+            await self.store.count_summary_attempt(job.id)
+            try:
+                response = await self.llm.complete(request, tools=None, model=model, temperature=0)
+                text = (response.content or "").strip()
+                if not text:
+                    raise ValueError("the model returned an empty summary")
+                return (None if is_none(text) else text), False
+            except Exception as exc:  # noqa: BLE001 - any failure ends in the fallback
+                logger.warning("summary job %d (session %s): attempt %d/%d failed: %s", job.id, job.session_id,
+                               attempt, tries, exc)
+                if isinstance(exc, _PERMANENT) or attempt == tries:
+                    break
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+        return (fallback_summary(messages) or None), True
+
+    # --- injection ---------------------------------------------------------------------------
+    def _state(self, session_id: str) -> Any | None:
+        return self.sessions.peek(session_id) if self.sessions is not None else None
+
+    def _current_summary(self, record: SessionRecord) -> tuple[str | None, int]:
+        """The summary the session has now: the live state's if loaded, else the stored one."""
+        state = self._state(record.session_id)
+        if state is not None:
+            return state.summary, state.summary_turns if state.summary else 0
+        return record.summary, record.summary_turns if record.summary else 0
+
+    def _superseded(self, job: _Job) -> bool:
+        return self._clears.get(job.session_id, 0) != job.epoch
+
+    async def _inject(self, job: _Job, summary: str, turns: int) -> bool:
+        """Make ``summary`` the session's injected summary (stored, then live); False if a clear came since."""
+        if self._superseded(job):
+            await self._advance(job)
+            return False
+        await self.store.set_summary(job.session_id, summary, turns, through_seq=job.through_seq)
+        if self._superseded(job):  # cleared while writing: the clear job resets the stored summary
+            return False
+        state = self._state(job.session_id)
+        if state is not None:  # plain assignments on the event loop: no await, so no running turn sees half
+            state.summary = summary
+            state.summary_turns = turns
+            state.summarized_through_seq = max(state.summarized_through_seq, job.through_seq)
+        return True
+
+    async def _advance(self, job: _Job) -> None:
+        """Record that the job's messages are summarised, leaving the summary as it is."""
+        await self.store.set_summarized_through(job.session_id, job.through_seq)
+        state = self._state(job.session_id)
+        if state is not None:
+            state.summarized_through_seq = max(state.summarized_through_seq, job.through_seq)
+
+    async def _reset(self, job: _Job) -> None:
+        """A clear job: keep the summary reset, even if a job queued before the clear injected one meanwhile."""
+        await self.store.set_summary(job.session_id, None, 0, through_seq=job.through_seq)
+        state = self._state(job.session_id)
+        if state is not None:
+            state.summary, state.summary_turns = None, 0
+            state.summarized_through_seq = max(state.summarized_through_seq, job.through_seq)
