@@ -18,7 +18,7 @@ from typing import Any
 from agent.errors import ConfigError
 from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.session import SessionManager
 from agent.tools.base import ToolRegistry
 from channels.base import BaseChannel
 from channels.commands import CommandRegistry
@@ -27,6 +27,7 @@ from config import Config, ConfigHolder, load_config
 from memory.cleanup import CleanupJob
 from memory.daily import DailyMemory
 from memory.store import ConversationStore
+from memory.summarizer import Summarizer
 from plugins.builtin.config_watch import ConfigWatcher
 from plugins.manager import install as install_plugins
 
@@ -34,6 +35,8 @@ logger = logging.getLogger("app")
 
 #: How long a graceful stop waits for in-flight turns; the rest resume at the next start.
 TURN_GRACE_SECONDS = 10.0
+#: How long a graceful stop waits for pending summaries; the rest run again at the next start.
+SUMMARY_GRACE_SECONDS = 10.0
 
 
 @dataclass
@@ -121,15 +124,17 @@ class App:
         llm = build_llm(cfg)
         tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone())
-        sink = LoggingDropSink()
-        sessions = SessionManager(store, holder, sink)
-        agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=sink, notes=daily.long_term_notes)
+        summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=None, daily=daily)
+        sessions = SessionManager(store, holder, summarizer)
+        summarizer.sessions = sessions
+        agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
+                      notes=daily.long_term_notes)
         # Load the tokenizer off the event loop now, not on the first message.
         await asyncio.to_thread(agent.counter, cfg.model)
         commands = CommandRegistry()
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
-                            dispatcher=dispatcher, commands=commands)
+                            dispatcher=dispatcher, commands=commands, summarizer=summarizer)
         dispatcher.services = services
         await dispatcher.load_admins()
         # plugins: commands, tools and message hooks; config.json edits apply live
@@ -156,6 +161,7 @@ class App:
                     await channel.start()
                 except Exception:  # noqa: BLE001 - one broken channel must not stop the others
                     logger.exception("channel %s failed to start", channel.name)
+            await services.summarizer.start()
             await services.dispatcher.resume_pending()
             cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
             cleanup.start()
@@ -195,6 +201,8 @@ class App:
                 await channel.stop()
             except Exception:  # noqa: BLE001
                 logger.exception("channel %s failed to stop", channel.name)
+        await services.dispatcher.flush_intake()
+        await services.summarizer.drain(SUMMARY_GRACE_SECONDS)
         close = getattr(services.llm, "close", None)
         if close is not None:
             with contextlib.suppress(Exception):

@@ -95,6 +95,7 @@ class Dispatcher:
         self._workers: set[asyncio.Task] = set()
         self._semaphore = asyncio.Semaphore(config().max_concurrent_turns)
         self._recent_ids: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._late: set[asyncio.Future] = set()
         self._stopping = False
 
     # --- wiring --------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class Dispatcher:
 
     def _accept(self, msg: IncomingMessage) -> WorkItem | None:
         """Decide synchronously whether to act, and queue the message in arrival order."""
-        if msg.is_from_bot or self._stopping:
+        if msg.is_from_bot:
             return None
         cfg = self.config()
         if msg.is_group and not group_allowed(msg, cfg.group_name_white_list):
@@ -173,6 +174,11 @@ class Dispatcher:
                            is_group=msg.is_group, title=msg.group_name or msg.user_name)
         item = WorkItem(message=msg, info=info, text=text, command=command)
         item.recorded = asyncio.ensure_future(self._record(item))
+        if self._stopping:
+            # Shutting down: journal it (the platform will not deliver it again) and answer after the restart.
+            self._late.add(item.recorded)
+            item.recorded.add_done_callback(self._late.discard)
+            return item
         self._enqueue(item)
         return item
 
@@ -364,6 +370,8 @@ class Dispatcher:
         if not workers:
             return True
         _done, pending = await asyncio.wait(workers, timeout=grace)
+        if self._late:
+            await asyncio.gather(*self._late, return_exceptions=True)
         for task in pending:
             task.cancel()
         if pending:
@@ -371,6 +379,11 @@ class Dispatcher:
             logger.warning("%d session(s) still busy at shutdown; their messages resume at next start",
                            len(pending))
         return not pending
+
+    async def flush_intake(self) -> None:
+        """Wait until messages received during shutdown are journalled."""
+        if self._late:
+            await asyncio.gather(*set(self._late), return_exceptions=True)
 
     async def wait_idle(self) -> None:
         """Wait until no session has queued or running work."""
