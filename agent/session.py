@@ -127,7 +127,6 @@ class SessionManager:
         self._loading[info.session_id] = fut
         try:
             state = await self._load(info)
-            self._states[info.session_id] = state
             self._evict()
             fut.set_result(state)
             return state
@@ -179,6 +178,8 @@ class SessionManager:
         state = SessionState(info=info, messages=messages, context_start_seq=start,
                              summary=record.summary, summary_turns=record.summary_turns,
                              summarized_through_seq=record.summarized_through_seq)
+        # Registered before anything else awaits, so a summary finishing meanwhile finds the live state.
+        self._states[info.session_id] = state
         first_kept = kept[0][0].seq if kept else record.last_seq + 1
         # Older turns after the boundary that were never summarised go to the summariser.
         skip_from = max(start, record.summarized_through_seq + 1)

@@ -40,6 +40,8 @@ TRANSIENT_REPLY = ("The model is not responding right now. Your message is saved
                    "please try again in a minute.")
 AUTH_REPLY = "The model provider rejected the bot's API key. Please ask the bot's admin to check it."
 TYPING_INTERVAL = 4.0
+#: Commands whose arguments are secrets: the journal keeps only the command name.
+SECRET_COMMANDS = frozenset({"auth"})
 
 
 @dataclass(slots=True)
@@ -185,8 +187,11 @@ class Dispatcher:
     async def _record(self, item: WorkItem) -> tuple[int, int | None] | None:
         if self.sessions.peek(item.info.session_id) is None:
             await self.store.ensure_session(item.info)
+        payload = item.message.to_json()
+        if item.command is not None and item.command.command in SECRET_COMMANDS:
+            payload["text"] = f"/{item.command.command}"  # never store a password
         recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
-                                                    item.info.session_id, item.message.to_json(), None)
+                                                    item.info.session_id, payload, None)
         if recorded is not None:
             item.inbox_id = recorded[0]
         return recorded

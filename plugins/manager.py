@@ -243,7 +243,7 @@ class PluginManager:
         for name in self._commands:
             commands.unregister(name)
         for name in self._tools:
-            _unregister_tool(tools, name)
+            tools.unregister(name)
         self._commands.clear()
         self._tools.clear()
         for info in self.plugins.values():
@@ -343,14 +343,6 @@ class PluginManager:
                 reply = result
         return reply
 
-
-def _unregister_tool(tools: Any, name: str) -> None:
-    """Remove a tool; ``ToolRegistry`` has no ``unregister`` yet, so fall back to its table."""
-    unregister = getattr(tools, "unregister", None)
-    if unregister is not None:
-        unregister(name)
-    else:
-        tools._tools.pop(name, None)
 
 
 def install(services: Any, **kwargs: Any) -> PluginManager:

@@ -135,6 +135,10 @@ class ToolRegistry:
         self._tools[t.name] = t
         return t
 
+    def unregister(self, name: str) -> None:
+        """Remove a tool if present."""
+        self._tools.pop(name, None)
+
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, if any."""
         return self._tools.get(name)

@@ -205,3 +205,38 @@ async def test_admins(tmp_path, admin):
         assert bot.dispatcher.is_admin(bot.channel.message("x")) is bool(admin)
         terminal = RecordingChannel("terminal")
         assert bot.dispatcher.is_admin(terminal.message("x"))
+
+
+async def test_a_password_is_never_journalled(tmp_path):
+    async def auth(request):
+        return "ok"
+
+    async with Bot(tmp_path) as bot:
+        bot.commands.register(Command("auth", "become admin", auth, private_only=True))
+        await bot.say("/auth hunter2")
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["ok"]
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "chatbot.db")
+    try:
+        payloads = [row[0] for row in db.execute("SELECT payload FROM inbox")]
+    finally:
+        db.close()
+    assert len(payloads) == 1 and "hunter2" not in payloads[0]
+
+
+async def test_messages_arriving_during_shutdown_are_answered_after_restart(tmp_path):
+    llm = FakeLLM(latency=0.3)
+    async with Bot(tmp_path, llm) as bot:
+        await bot.say("first")
+        await asyncio.sleep(0.05)
+        drain = asyncio.create_task(bot.dispatcher.drain(5))
+        await asyncio.sleep(0)
+        await bot.say("sent while stopping")
+        assert await drain is True
+        assert bot.channel.texts() == ["echo: first"]
+    async with Bot(tmp_path) as bot:
+        assert await bot.dispatcher.resume_pending() == 1
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["echo: sent while stopping"]
