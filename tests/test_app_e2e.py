@@ -72,3 +72,50 @@ def test_a_bad_config_is_one_clear_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("config error: unknown config key 'agent_max_context_turn'; "
                                    "did you mean agent_max_context_turns?")
+
+
+def summary_aware(body):
+    """Answer summary requests with a bullet; leave chat requests to the default echo."""
+    from memory.summary_text import SUMMARY_SYSTEM_PROMPT
+
+    if body["messages"][0]["content"] == SUMMARY_SYSTEM_PROMPT:
+        return "- the user counted messages"
+    return None
+
+
+def test_trimmed_turns_are_summarised_injected_and_saved(tmp_path, openai_server):
+    openai_server.responder = summary_aware
+    path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k",
+                        agent_max_context_turns=4, data_dir="data", timezone="UTC")
+    lines = "".join(f"message {i}\n" for i in range(1, 9))
+    proc = run_app(path, lines)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"echo: message {i}" for i in range(1, 9)]
+    chats = [r for r in openai_server.requests if r.get("tools")]
+    summaries = [r for r in openai_server.requests if not r.get("tools")]
+    assert summaries and all(r.get("temperature") == 0 for r in summaries)
+    injected = [r for r in chats
+                if next(m for m in r["messages"] if m["role"] == "user")["content"].startswith(
+                    "[System: Previous conversation summary — ")]
+    assert injected, "a later request carries the summary in its first user message"
+    first_user = next(m for m in injected[-1]["messages"] if m["role"] == "user")["content"]
+    assert "- the user counted messages\n\nThe recent conversation continues below.\n\n---\n\n" in first_user
+    memory = list((tmp_path / "data" / "memory" / "terminal_local").glob("*.md"))
+    assert len(memory) == 1
+    text = memory[0].read_text(encoding="utf-8")
+    assert text.startswith("# Daily Memory: ")
+    assert "## Trimmed Context (" in text and "- the user counted messages" in text
+
+
+def test_every_message_is_answered_under_a_small_context_limit(tmp_path, openai_server):
+    openai_server.max_prompt_chars = 6_000
+    path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k", data_dir="data")
+    lines = "".join(f"long message {i} " + "words " * 300 + "\n" for i in range(12))
+    proc = run_app(path, lines)
+    assert proc.returncode == 0, proc.stderr
+    replies = proc.stdout.splitlines()
+    assert len(replies) == 12
+    assert all(r.startswith(f"echo: long message {i} ") for i, r in enumerate(replies))
+    overflowed = [r for r in openai_server.requests
+                  if sum(len(m.get("content") or "") for m in r["messages"]) > 6_000]
+    assert overflowed, "the limit was actually hit and recovered from"
