@@ -56,6 +56,13 @@ class WorkItem:
     inbox_id: int | None = None
     user_seq: int | None = None
     resumed: bool = False
+    #: the session was idle on arrival, so the user message is stored with the journal entry (one transaction)
+    store_with_intake: bool = False
+    #: the stored user message, when it was stored at intake
+    user_message: dict[str, Any] | None = None
+    #: a before_agent hook asked to skip the agent
+    skipped: bool = False
+    turn_finished: bool = False
     received: float = field(default_factory=time.perf_counter)
 
 
@@ -98,6 +105,10 @@ class Dispatcher:
         self._semaphore = asyncio.Semaphore(config().max_concurrent_turns)
         self._recent_ids: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._late: set[asyncio.Future] = set()
+        #: per session: items queued or running whose turn may still append messages
+        self._turns: dict[str, int] = {}
+        self._done_ids: list[int] = []
+        self._done_flush: asyncio.Task | None = None
         self._stopping = False
 
     # --- wiring --------------------------------------------------------------------------
@@ -175,6 +186,9 @@ class Dispatcher:
                            user_id="" if (msg.is_group and cfg.group_shared_session) else msg.user_id,
                            is_group=msg.is_group, title=msg.group_name or msg.user_name)
         item = WorkItem(message=msg, info=info, text=text, command=command)
+        # No queued or running work for this session: nothing can append to it before this turn starts.
+        item.store_with_intake = (command is None and msg.content_type == "text" and not self._stopping
+                                  and not self._turns.get(info.session_id))
         item.recorded = asyncio.ensure_future(self._record(item))
         if self._stopping:
             # Shutting down: journal it (the platform will not deliver it again) and answer after the restart.
@@ -190,10 +204,16 @@ class Dispatcher:
         payload = item.message.to_json()
         if item.command is not None and item.command.command in SECRET_COMMANDS:
             payload["text"] = f"/{item.command.command}"  # never store a password
+        if item.store_with_intake:
+            text = await self.hooks.before_agent(item.message, item.text)
+            if text is None:
+                item.skipped = True
+            else:
+                item.user_message = {"role": "user", "content": text}
         recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
-                                                    item.info.session_id, payload, None)
+                                                    item.info.session_id, payload, item.user_message)
         if recorded is not None:
-            item.inbox_id = recorded[0]
+            item.inbox_id, item.user_seq = recorded
         return recorded
 
     def _enqueue(self, item: WorkItem) -> None:
@@ -204,6 +224,8 @@ class Dispatcher:
                                        name=f"session:{item.info.session_id}")
             self._workers.add(task)
             task.add_done_callback(self._workers.discard)
+        sid = item.info.session_id
+        self._turns[sid] = self._turns.get(sid, 0) + 1
         queue.put_nowait(item)
 
     # --- crash resume --------------------------------------------------------------------
@@ -250,15 +272,45 @@ class Dispatcher:
                     del self._queues[session_id]
                 return
             try:
-                recorded = await item.recorded
-            except Exception as exc:  # noqa: BLE001 - the database refused the message
-                await self.handle_error(item, exc)
-                continue
-            if recorded is None:
-                logger.info("duplicate %s message %s ignored", item.message.channel, item.message.message_id)
-                continue
-            async with self._semaphore:
-                await self._process(item)
+                try:
+                    recorded = await item.recorded
+                except Exception as exc:  # noqa: BLE001 - the database refused the message
+                    await self.handle_error(item, exc)
+                    continue
+                if recorded is None:
+                    logger.info("duplicate %s message %s ignored", item.message.channel, item.message.message_id)
+                    continue
+                async with self._semaphore:
+                    await self._process(item)
+            finally:
+                self._turn_finished(item)
+
+    def _mark_done(self, inbox_id: int) -> None:
+        """Mark a message answered. Marks made in the same loop tick share one transaction."""
+        self._done_ids.append(inbox_id)
+        if self._done_flush is None or self._done_flush.done():
+            self._done_flush = asyncio.create_task(self._flush_done())
+
+    async def _flush_done(self) -> None:
+        await asyncio.sleep(0)
+        while self._done_ids:
+            ids, self._done_ids = self._done_ids, []
+            try:
+                await self.store.mark_done(ids)
+            except Exception:  # noqa: BLE001 - they will be answered again after a restart, not lost
+                logger.exception("could not mark %d message(s) answered", len(ids))
+
+    def _turn_finished(self, item: WorkItem) -> None:
+        """The item will append nothing more to its session (idempotent)."""
+        if item.turn_finished:
+            return
+        item.turn_finished = True
+        sid = item.info.session_id
+        left = self._turns.get(sid, 0) - 1
+        if left > 0:
+            self._turns[sid] = left
+        else:
+            self._turns.pop(sid, None)
 
     async def _process(self, item: WorkItem) -> None:
         started = time.perf_counter()
@@ -272,6 +324,7 @@ class Dispatcher:
                 outcome, reply = "non-text", TEXT_ONLY_REPLY
             else:
                 reply, tool_calls = await self._run_agent(item)
+            self._turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
             if reply:
@@ -284,14 +337,20 @@ class Dispatcher:
         finally:
             typing.cancel()
         if item.inbox_id is not None:
-            await self.store.mark_done(item.inbox_id)
+            self._mark_done(item.inbox_id)
         logger.info("session %s: %s in %.0f ms, %d tool call(s)%s", item.info.session_id, outcome,
                     (time.perf_counter() - started) * 1000, tool_calls, " (resumed)" if item.resumed else "")
 
     async def _run_agent(self, item: WorkItem) -> tuple[str, int]:
+        if item.skipped:
+            return "", 0
         state = await self.sessions.get(item.info)
         async with state.lock:
-            if item.user_seq is None:
+            if item.user_message is not None:  # stored at intake
+                assert item.user_seq is not None
+                if not _cut_after(state, item.user_seq):
+                    state.messages.append(CtxMessage(seq=item.user_seq, message=item.user_message))
+            elif item.user_seq is None:
                 text = await self.hooks.before_agent(item.message, item.text)
                 if text is None:
                     return "", 0
@@ -373,10 +432,12 @@ class Dispatcher:
         self._stopping = True
         workers = set(self._workers)
         if not workers:
+            await self._flushed()
             return True
         _done, pending = await asyncio.wait(workers, timeout=grace)
         if self._late:
             await asyncio.gather(*self._late, return_exceptions=True)
+        await self._flushed()
         for task in pending:
             task.cancel()
         if pending:
@@ -394,6 +455,12 @@ class Dispatcher:
         """Wait until no session has queued or running work."""
         while self._workers:
             await asyncio.gather(*set(self._workers), return_exceptions=True)
+        await self._flushed()
+
+    async def _flushed(self) -> None:
+        """Wait for the pending "answered" marks to be written."""
+        while self._done_flush is not None and not self._done_flush.done():
+            await asyncio.shield(self._done_flush)
 
 
 def _with_message_id(msg: IncomingMessage, message_id: str) -> IncomingMessage:

@@ -118,7 +118,7 @@ class ConversationStore:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             # Every session here ends in commit or rollback, so the pool's own rollback on return
             # is a redundant round trip to the SQLite thread on every operation.
-            kwargs.update(pool_reset_on_return=None)
+            kwargs.update(pool_reset_on_return=None, pool_size=1, max_overflow=0)
         else:
             kwargs.update(POSTGRES_POOL)
         self.engine = create_async_engine(self.url, **kwargs)
@@ -146,6 +146,11 @@ class ConversationStore:
     def _s(self):
         assert self._sessionmaker is not None, "store is not open"
         return self._sessionmaker()
+
+    def _begin(self):
+        """A Core transaction: the hot paths skip the ORM session's bookkeeping."""
+        assert self.engine is not None, "store is not open"
+        return self.engine.begin()
 
     # --- sessions ------------------------------------------------------------------------
     async def ensure_session(self, info: SessionInfo) -> SessionRecord:
@@ -208,8 +213,8 @@ class ConversationStore:
         """Store messages at the end of a session; return their seqs."""
         if not messages:
             return []
-        async with self._s() as s, s.begin():
-            return await self._append(s, session_id, messages)
+        async with self._begin() as conn:
+            return await self._append(conn, session_id, messages)
 
     async def _append(self, s, session_id: str, messages: list[dict[str, Any]]) -> list[int]:
         n = len(messages)
@@ -255,33 +260,34 @@ class ConversationStore:
 
         Returns ``(inbox_id, user_seq)``, or None when ``(channel, message_id)`` was seen before.
         """
-        async with self._s() as s:
-            try:
-                async with s.begin():
-                    seq = None
-                    if user_message is not None:
-                        (seq,) = await self._append(s, session_id, [user_message])
-                    result = await s.execute(
-                        insert(InboxRow).values(channel=channel, message_id=message_id, session_id=session_id,
-                                                user_seq=seq, payload=payload, status="pending",
-                                                created_at=utcnow()).returning(InboxRow.id))
-                    return result.scalar_one(), seq
-            except IntegrityError:
-                return None
+        try:
+            async with self._begin() as s:
+                seq = None
+                if user_message is not None:
+                    (seq,) = await self._append(s, session_id, [user_message])
+                result = await s.execute(
+                    insert(InboxRow).values(channel=channel, message_id=message_id, session_id=session_id,
+                                            user_seq=seq, payload=payload, status="pending",
+                                            created_at=utcnow()).returning(InboxRow.id))
+                return result.scalar_one(), seq
+        except IntegrityError:
+            return None
 
     async def append_user(self, session_id: str, message: dict[str, Any], inbox_id: int | None) -> int:
         """Store the user message of a turn and link it to its inbox row, in one transaction."""
-        async with self._s() as s, s.begin():
+        async with self._begin() as s:
             (seq,) = await self._append(s, session_id, [message])
             if inbox_id is not None:
                 await s.execute(update(InboxRow).where(InboxRow.id == inbox_id).values(user_seq=seq))
             return seq
 
-    async def mark_done(self, inbox_id: int) -> None:
-        """The message has been answered."""
-        async with self._s() as s:
-            await s.execute(update(InboxRow).where(InboxRow.id == inbox_id).values(status="done"))
-            await s.commit()
+    async def mark_done(self, inbox_ids: int | list[int]) -> None:
+        """The message(s) have been answered."""
+        ids = [inbox_ids] if isinstance(inbox_ids, int) else list(inbox_ids)
+        if not ids:
+            return
+        async with self._begin() as conn:
+            await conn.execute(update(InboxRow).where(InboxRow.id.in_(ids)).values(status="done"))
 
     async def pending_incoming(self) -> list[PendingIncoming]:
         """Messages stored but never answered, oldest first."""
