@@ -55,13 +55,14 @@ def _pool(rng: random.Random, role: str, lengths: Sequence[int], n: int = 256) -
 
 def seed_sessions(db_path: Path, *, sessions: int, per_session: int, last_active: datetime,
                   prefix: str = "telegram:", first_chat: int = 1_000_000, summarized: int | None = None,
-                  seed: int = 7) -> int:
+                  seed: int = 7, checkpoint: bool = True) -> int:
     """Insert ``sessions`` sessions with ``per_session`` alternating user/assistant messages each.
 
     Goes straight through sqlite3 (executemany, one transaction). The schema must exist already (open a
     ``ConversationStore`` once). ``sessions.last_seq`` is the number of messages; when ``summarized`` is
     given, messages ``1..summarized`` count as summarised (``summarized_through_seq``) and the context
-    starts right after them, with a persisted summary. Returns the number of messages inserted.
+    starts right after them, with a persisted summary. ``checkpoint`` truncates the WAL afterwards (only
+    when no one else has the database open). Returns the number of messages inserted.
     """
     rng = random.Random(seed)
     user_pool = _pool(rng, "user", USER_LENGTHS)
@@ -72,7 +73,7 @@ def seed_sessions(db_path: Path, *, sessions: int, per_session: int, last_active
     # One created_at per seq, shared by every session: the text columns are what costs, not these.
     start = last_active - timedelta(minutes=2 * per_session)
     stamps = [sqlite_time(start + timedelta(minutes=2 * seq)) for seq in range(1, per_session + 1)]
-    conn = sqlite3.connect(db_path)
+    conn = sqlite3.connect(db_path, timeout=60)
     try:
         conn.execute("PRAGMA synchronous=OFF")
         session_rows = []
@@ -100,7 +101,8 @@ def seed_sessions(db_path: Path, *, sessions: int, per_session: int, last_active
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", session_rows)
             conn.executemany("INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?,?,?,?,?)",
                              message_rows())
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if checkpoint:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
     return sessions * per_session

@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--chats", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--max-concurrent", type=int, nargs="+", default=[64])
     parser.add_argument("--latency", type=float, default=0.2, help="model latency in seconds")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--skip-probe", action="store_true", help="do not measure the fakes alone")
     parser.add_argument("--stock-backlog", action="store_true",
