@@ -213,7 +213,7 @@ def bench(args: argparse.Namespace) -> None:
                       f"client CPU {median(c[2] for c in caps):.2f} cores",
                       flush=True)
                 rows.append((f"fakes alone (no bot), {conc} concurrent", f"{cap:.0f} turns/s",
-                             f"well above {conc / args.latency:.0f}"))
+                             f"close to the ideal {conc / args.latency:.0f}"))
         first_chat = 1_000_000
         for conc in args.max_concurrent:
             ideal = conc / args.latency
@@ -231,6 +231,10 @@ def bench(args: argparse.Namespace) -> None:
                             r = run_round(api, bot, chats, first_chat, args.timeout)
                             first_chat += chats
                             all_rounds.setdefault((conc, chats), []).append(r)
+                            if r.out_of_order or r.turns < chats * MESSAGES_PER_CHAT:
+                                problems = [line for line in bot.log().splitlines()
+                                            if " WARNING " in line or " ERROR " in line]
+                                print("  bot log warnings/errors:\n    " + "\n    ".join(problems[-20:]), flush=True)
                             print(f"max_concurrent={conc} chats={chats} run {rep + 1}: {r.turns} turns in "
                                   f"{r.seconds:.2f} s = {r.rate:.0f} turns/s ({r.rate / ideal:.0%} of {ideal:.0f}); "
                                   f"out of order: {r.out_of_order}; bot CPU {r.bot_cpu:.2f} cores, fakes CPU "
