@@ -129,8 +129,8 @@ class App:
         summarizer.sessions = sessions
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
                       notes=daily.long_term_notes)
-        # Load the tokenizer off the event loop now, not on the first message.
-        await asyncio.to_thread(agent.counter, cfg.model)
+        # Load the tokenizer off the event loop, in the background: start-up does not wait for it.
+        self._tokenizer = asyncio.create_task(asyncio.to_thread(agent.counter, cfg.model))
         commands = CommandRegistry()
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,

@@ -2,8 +2,8 @@
 
 An in-process fake model that answers at once, a SQLite file in a temporary folder, and the real
 dispatcher, session manager, agent loop and store. Each turn goes from ``Dispatcher.handle`` to the
-reply being sent. Run: ``python bench/turn_overhead.py``. Target: median <= 5 ms. It also prints the process CPU time per turn
-(all threads, including SQLite's), which neighbours on a shared machine disturb less than wall time.
+reply being sent. Run: ``python bench/turn_overhead.py``. Target: median <= 5 ms. It also prints the
+process CPU time per turn (all threads, including SQLite's).
 """
 
 from __future__ import annotations

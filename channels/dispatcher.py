@@ -264,12 +264,18 @@ class Dispatcher:
 
     # --- the session worker --------------------------------------------------------------
     async def _worker(self, session_id: str, queue: asyncio.Queue[WorkItem]) -> None:
+        try:
+            await self._work(queue)
+        finally:
+            # Whatever ends this worker, later messages of the session must get a new one.
+            if self._queues.get(session_id) is queue:
+                del self._queues[session_id]
+
+    async def _work(self, queue: asyncio.Queue[WorkItem]) -> None:
         while True:
             try:
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:
-                if self._queues.get(session_id) is queue:
-                    del self._queues[session_id]
                 return
             try:
                 try:
