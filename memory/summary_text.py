@@ -23,6 +23,8 @@ import logging
 import re
 from typing import Any
 
+from agent.context import content_text
+
 logger = logging.getLogger(__name__)
 
 SUMMARY_SYSTEM_PROMPT = (
@@ -57,14 +59,8 @@ FALLBACK_INJECT_CHARS = 8_000
 _NONE = re.compile(r"[\W_]*none[\W_]*", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
 
-
-def text_of(content: Any) -> str:
-    """The text of a message content: the string, or the joined text parts of a list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
+#: The text of a message content (a string, or the text parts of a list).
+text_of = content_text
 
 
 def clip(text: str, limit: int) -> str:
