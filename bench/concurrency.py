@@ -73,21 +73,10 @@ class ProfiledBot(BotProcess):
         super().__init__(folder, **settings)
         self.profile = profile
 
-    def start(self, wait_for_log: str | None = "INFO app: ready:", timeout: float = 30) -> BotProcess:
-        """Start the bot under the profiler and wait until it is ready."""
-        self.write_config()
-        self._runs += 1
-        self.stdout_path = self.folder / f"stdout.{self._runs}.txt"
-        self.stderr_path = self.folder / f"stderr.{self._runs}.txt"
-        self._out = open(self.stdout_path, "w")  # noqa: SIM115 - closed in stop()
-        self._err = open(self.stderr_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", *profiler_args(self.profile), str(ROOT / "app.py"), "--config",
-             str(self.config_path)], stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, cwd=self.folder,
-            env=clean_env())
-        if wait_for_log:
-            self.wait_for_log(wait_for_log, timeout)
-        return self
+    def command(self) -> list[str]:
+        """``app.py`` under the profiler."""
+        return [sys.executable, "-m", *profiler_args(self.profile), str(ROOT / "app.py"), "--config",
+                str(self.config_path)]
 
 
 def settings(api: FakeTelegramAPI, llm: FakeOpenAIServer, max_concurrent: int) -> dict:

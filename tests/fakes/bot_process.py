@@ -37,6 +37,10 @@ class BotProcess:
         self.settings.update(changes)
         self.config_path.write_text(json.dumps(self.settings, indent=2), encoding="utf-8")
 
+    def command(self) -> list[str]:
+        """The command line that runs the bot."""
+        return [sys.executable, str(ROOT / "app.py"), "--config", str(self.config_path)]
+
     def start(self, wait_for_log: str | None = "INFO app: ready:", timeout: float = 30) -> BotProcess:
         """Start the bot and wait until its log shows it is receiving."""
         self.write_config()
@@ -45,8 +49,7 @@ class BotProcess:
         self.stderr_path = self.folder / f"stderr.{self._runs}.txt"
         self._out = open(self.stdout_path, "w")  # noqa: SIM115 - closed in stop()
         self._err = open(self.stderr_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--config", str(self.config_path)],
-                                     stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
                                      cwd=self.folder, env=clean_env())
         if wait_for_log:
             self.wait_for_log(wait_for_log, timeout)
