@@ -143,14 +143,18 @@ class Config(BaseModel):
 
 
 def normalise_db_url(url: str, data_dir: Path) -> str:
-    """Fill in SQLite at ``<data_dir>/chatbot.db`` and switch plain URLs to async drivers."""
+    """Fill in SQLite at ``<data_dir>/chatbot.db`` and switch PostgreSQL URLs to the async psycopg driver.
+
+    SQLite runs on the standard library's driver (see memory/backend.py); the ``sqlite+aiosqlite://``
+    spelling of earlier versions is still accepted.
+    """
     if not url:
-        return f"sqlite+aiosqlite:///{data_dir / 'chatbot.db'}"
+        return f"sqlite:///{data_dir / 'chatbot.db'}"
     for plain in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
         if url.startswith(plain):
             return "postgresql+psycopg://" + url[len(plain):]
-    if url.startswith("sqlite://") and not url.startswith("sqlite+aiosqlite://"):
-        return "sqlite+aiosqlite://" + url[len("sqlite://"):]
+    if url.startswith("sqlite+aiosqlite://"):
+        return "sqlite://" + url[len("sqlite+aiosqlite://"):]
     return url
 
 

@@ -144,7 +144,7 @@ class Bot:
 async def open_bot(db: Path, folder: Path, live: int, single_connection: bool = False) -> Bot:
     """Store, session manager, agent, dispatcher and channel, as app.py builds them."""
     holder = ConfigHolder(Config(data_dir=str(folder)))
-    store = (SingleConnectionStore if single_connection else ConversationStore)(f"sqlite+aiosqlite:///{db}")
+    store = (SingleConnectionStore if single_connection else ConversationStore)(f"sqlite:///{db}")
     await store.open()
     sink = LoggingDropSink()
     sessions = SessionManager(store, holder, sink)
@@ -213,7 +213,7 @@ async def bench(args: argparse.Namespace, root: Path) -> None:
     db = root / "chatbot.db"
     now = datetime.now(UTC)
     expired_at = now - timedelta(days=40)
-    store = ConversationStore(f"sqlite+aiosqlite:///{db}")
+    store = ConversationStore(f"sqlite:///{db}")
     await store.open()
     await store.close()
     started = time.perf_counter()

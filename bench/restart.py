@@ -68,7 +68,7 @@ async def create_schema(db: Path) -> None:
     """Create the schema the way the app does (Alembic migrations through ConversationStore.open)."""
     from memory.store import ConversationStore
 
-    store = ConversationStore(f"sqlite+aiosqlite:///{db}")
+    store = ConversationStore(f"sqlite:///{db}")
     await store.open()
     await store.close()
 
@@ -79,7 +79,7 @@ async def restore_times(db: Path, sessions: int, samples: int, folder: Path) -> 
     from config import Config, ConfigHolder
     from memory.store import ConversationStore, SessionInfo
 
-    store = ConversationStore(f"sqlite+aiosqlite:///{db}")
+    store = ConversationStore(f"sqlite:///{db}")
     await store.open()
     try:
         manager = SessionManager(store, ConfigHolder(Config(data_dir=str(folder))), LoggingDropSink())

@@ -34,7 +34,7 @@ WARMUP = 20
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         holder = ConfigHolder(Config(data_dir=tmp))
-        store = ConversationStore(f"sqlite+aiosqlite:///{tmp}/chatbot.db")
+        store = ConversationStore(f"sqlite:///{tmp}/chatbot.db")
         await store.open()
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)

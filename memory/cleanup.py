@@ -31,7 +31,8 @@ STARTUP_JOB_ID = "cleanup-startup"
 class RetentionStore(Protocol):
     """The part of :class:`memory.store.ConversationStore` the job uses."""
 
-    async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200) -> tuple[int, int]: ...
+    async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200, max_messages: int = 2000,
+                                      ) -> tuple[int, int]: ...
 
     async def prune_inbox(self, cutoff: datetime, batch: int = 1000) -> int: ...
 
@@ -52,11 +53,14 @@ class CleanupJob:
     """Runs the retention cleanup on an APScheduler ``AsyncIOScheduler``: daily at ``cleanup_hour``."""
 
     def __init__(self, store: RetentionStore, config_provider: Callable[[], Config], *,
-                 startup_delay: float = 5.0, batch_size: int = 20, inbox_batch_size: int = 1000) -> None:
+                 startup_delay: float = 5.0, batch_size: int = 20, max_messages: int = 1000,
+                 inbox_batch_size: int = 1000) -> None:
         self.store = store
         self.config_provider = config_provider
         self.startup_delay = startup_delay
         self.batch_size = batch_size
+        #: messages deleted per transaction at most: on SQLite a batch runs on the event loop's thread
+        self.max_messages = max_messages
         self.inbox_batch_size = inbox_batch_size
         self.scheduler: AsyncIOScheduler | None = None
         #: the stats of the last finished run, if any
@@ -174,14 +178,15 @@ class CleanupJob:
         sessions = messages = inbox = batches = 0
         while not self._stopping:
             batch_started = time.perf_counter()
-            n_sessions, n_messages = await self.store.delete_expired_sessions(cutoff, self.batch_size)
+            n_sessions, n_messages = await self.store.delete_expired_sessions(cutoff, self.batch_size,
+                                                                              self.max_messages)
             sessions += n_sessions
             messages += n_messages
-            if n_sessions:
+            if n_sessions or n_messages:
                 batches += 1
             # Let chats run between transactions: at least as long as the batch held the database.
-            await asyncio.sleep(time.perf_counter() - batch_started if n_sessions else 0)
-            if n_sessions < self.batch_size:
+            await asyncio.sleep(time.perf_counter() - batch_started if n_sessions or n_messages else 0)
+            if n_sessions < self.batch_size and n_messages < self.max_messages:
                 break
         while not self._stopping:
             n_inbox = await self.store.prune_inbox(cutoff, self.inbox_batch_size)

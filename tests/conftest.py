@@ -33,9 +33,9 @@ def _libpq_url(url: str) -> str:
     pytest.param("postgresql", marks=pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set")),
 ])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An async SQLAlchemy URL of an empty database."""
+    """A SQLAlchemy URL of an empty database, as ``normalise_db_url`` makes them."""
     if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'chatbot.db'}"
+        yield f"sqlite:///{tmp_path / 'chatbot.db'}"
         return
     import psycopg
 

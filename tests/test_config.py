@@ -87,14 +87,20 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     cfg = load_config(path, environ={})
     assert cfg.data_dir == str(sub / "state")
-    assert cfg.database_url() == f"sqlite+aiosqlite:///{sub / 'db' / 'x.db'}"
+    assert cfg.database_url() == f"sqlite:///{sub / 'db' / 'x.db'}"
     default = load_config(write(sub, {}), environ={})
-    assert default.database_url() == f"sqlite+aiosqlite:///{sub / 'data' / 'chatbot.db'}"
+    assert default.database_url() == f"sqlite:///{sub / 'data' / 'chatbot.db'}"
 
 
 def test_postgres_url_is_normalised():
     assert normalise_db_url("postgresql://u@h/db", Path("/d")) == "postgresql+psycopg://u@h/db"
     assert normalise_db_url("postgres://u@h/db", Path("/d")) == "postgresql+psycopg://u@h/db"
+
+
+def test_sqlite_urls_use_the_standard_driver():
+    assert normalise_db_url("", Path("/d")) == "sqlite:////d/chatbot.db"
+    assert normalise_db_url("sqlite:////x/c.db", Path("/d")) == "sqlite:////x/c.db"  # older spelling
+    assert normalise_db_url("sqlite:////x/c.db", Path("/d")) == "sqlite:////x/c.db"
 
 
 def test_channel_list_and_model_configured():

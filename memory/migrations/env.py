@@ -42,6 +42,17 @@ def _cli_url() -> str:
     return load_config("config.json").database_url()
 
 
+def _run_sync(url: str) -> None:
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            _run_on(conn)
+    finally:
+        engine.dispose()
+
+
 async def _run_async(url: str) -> None:
     engine = create_async_engine(url, poolclass=NullPool)
     try:
@@ -63,8 +74,12 @@ def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
         _run_on(connection)
+        return
+    url = _cli_url()
+    if url.startswith("sqlite"):  # the store runs SQLite on the standard library's synchronous driver
+        _run_sync(url)
     else:
-        asyncio.run(_run_async(_cli_url()))
+        asyncio.run(_run_async(url))
 
 
 if context.is_offline_mode():

@@ -45,7 +45,7 @@ def huge(ctx) -> str:
 
 @pytest.fixture
 async def parts(tmp_path):
-    store = ConversationStore(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    store = ConversationStore(f"sqlite:///{tmp_path / 'c.db'}")
     await store.open()
     yield store
     await store.close()

@@ -23,7 +23,7 @@ class Bot:
 
     def __init__(self, tmp_path, llm: FakeLLM | None = None, **settings) -> None:
         self.config = ConfigHolder(Config(data_dir=str(tmp_path), **settings))
-        self.store = ConversationStore(f"sqlite+aiosqlite:///{tmp_path / 'chatbot.db'}")
+        self.store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
         self.llm = llm or FakeLLM()
         self.channel = RecordingChannel()
 

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import time_machine
 from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Connection
 
 from config import Config
 from memory.cleanup import DAILY_JOB_ID, STARTUP_JOB_ID, CleanupJob, CleanupStats
@@ -59,7 +60,8 @@ class FakeStore:
         self.max_in_flight = 0
         self.cutoffs: list[datetime] = []
 
-    async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200) -> tuple[int, int]:
+    async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200, max_messages: int = 2000,
+                                      ) -> tuple[int, int]:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -129,22 +131,47 @@ class TestRetention:
         assert snapshot(Path(cfg.data_dir)) == before
 
     async def test_batches_delete_everything_expired(self, store: ConversationStore, tmp_path: Path) -> None:
-        assert store.engine is not None
         old = NOW - timedelta(days=45)
-        async with store.engine.begin() as conn:
-            await conn.execute(insert(SessionRow), [
+
+        def seed(conn: Connection) -> None:
+            conn.execute(insert(SessionRow), [
                 {"session_id": f"telegram:{i}", "channel": "telegram", "chat_id": str(i), "created_at": old,
                  "last_active": old if i < 450 else NOW, "last_seq": 2} for i in range(453)])
-            await conn.execute(insert(MessageRow), [
+            conn.execute(insert(MessageRow), [
                 {"session_id": f"telegram:{i}", "seq": seq, "role": "user", "content": {"text": "x"},
                  "created_at": old} for i in range(453) for seq in (1, 2)])
+
+        await store.run(seed)
         job = CleanupJob(store, lambda: make_config(tmp_path), batch_size=200)
         stats = await job.run_once(now=NOW)
         assert counts(stats) == (450, 900, 0, 3)
-        async with store.engine.connect() as conn:
-            assert (await conn.execute(select(func.count()).select_from(SessionRow))).scalar() == 3
-            assert (await conn.execute(select(func.count()).select_from(MessageRow))).scalar() == 6
+        assert await store.run(lambda conn: conn.execute(select(func.count()).select_from(SessionRow)).scalar()) == 3
+        assert await store.run(lambda conn: conn.execute(select(func.count()).select_from(MessageRow)).scalar()) == 6
         assert counts(await job.run_once(now=NOW)) == (0, 0, 0, 0)
+
+    async def test_message_cap_splits_a_big_session_over_batches(self, store: ConversationStore,
+                                                                 tmp_path: Path) -> None:
+        old = NOW - timedelta(days=45)
+
+        def seed(conn: Connection) -> None:
+            conn.execute(insert(SessionRow), [
+                {"session_id": f"telegram:{i}", "channel": "telegram", "chat_id": str(i), "created_at": old,
+                 "last_active": old if i < 2 else NOW, "last_seq": 7} for i in range(3)])
+            conn.execute(insert(MessageRow), [
+                {"session_id": f"telegram:{i}", "seq": seq, "role": "user", "content": {"text": "x"},
+                 "created_at": old} for i in range(3) for seq in range(1, 8)])
+
+        await store.run(seed)
+        # one batch deletes at most 5 messages: the 14 expired ones take three batches (5 + 5 + 4); the last
+        # also deletes both sessions
+        assert await store.delete_expired_sessions(NOW - timedelta(days=30), batch=20, max_messages=5) == (0, 5)
+        job = CleanupJob(store, lambda: make_config(tmp_path), batch_size=20, max_messages=5)
+        stats = await job.run_once(now=NOW)
+        assert counts(stats) == (2, 9, 0, 2)
+        left = await store.run(lambda conn: conn.execute(select(MessageRow.session_id, func.count())
+                                                         .group_by(MessageRow.session_id)).all())
+        assert [tuple(r) for r in left] == [("telegram:2", 7)]
+        assert await store.get_session("telegram:0") is None
 
     async def test_old_answered_inbox_rows_are_pruned(self, store: ConversationStore, tmp_path: Path) -> None:
         await store.ensure_session(SessionInfo("telegram:1", "telegram", "1"))

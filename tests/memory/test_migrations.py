@@ -36,6 +36,11 @@ def schema_of(conn: Connection) -> dict[str, Any]:
     return out
 
 
+def insert_grant(conn: Connection) -> None:
+    """An admin grant, to show data survives."""
+    conn.execute(text("INSERT INTO admin_grants (user_key, granted_at) VALUES ('telegram:1', CURRENT_TIMESTAMP)"))
+
+
 async def open_store(db_url: str, *, create_tables: bool = True) -> ConversationStore:
     """An opened store."""
     store = ConversationStore(db_url, create_tables=create_tables)
@@ -65,10 +70,8 @@ class TestMigrations:
     async def test_upgrade_from_empty_matches_models(self, db_url: str) -> None:
         store = await open_store(db_url)
         try:
-            assert store.engine is not None
-            async with store.engine.connect() as conn:
-                schema = await conn.run_sync(schema_of)
-                revision = await conn.run_sync(current_revision)
+            schema = await store.run(schema_of)
+            revision = await store.run(current_revision)
         finally:
             await store.close()
         assert set(schema) == MODEL_TABLES | {"alembic_version"}
@@ -85,11 +88,9 @@ class TestMigrations:
     async def test_models_and_migrations_do_not_differ(self, db_url: str) -> None:
         store = await open_store(db_url)
         try:
-            assert store.engine is not None
-            async with store.engine.connect() as conn:
-                diff = await conn.run_sync(lambda c: compare_metadata(
-                    MigrationContext.configure(c, opts={"compare_type": True, "compare_server_default": True}),
-                    Base.metadata))
+            diff = await store.run(lambda c: compare_metadata(
+                MigrationContext.configure(c, opts={"compare_type": True, "compare_server_default": True}),
+                Base.metadata))
         finally:
             await store.close()
         assert diff == []
@@ -97,16 +98,12 @@ class TestMigrations:
     async def test_second_migrate_is_a_quick_no_op(self, db_url: str, caplog: pytest.LogCaptureFixture) -> None:
         store = await open_store(db_url)
         try:
-            assert store.engine is not None
-            async with store.engine.begin() as conn:
-                await conn.execute(text("INSERT INTO admin_grants (user_key, granted_at) "
-                                        "VALUES ('telegram:1', CURRENT_TIMESTAMP)"))
+            await store.run(insert_grant)
             caplog.set_level(logging.INFO)
             started = time.perf_counter()
             await store.migrate()
             elapsed = time.perf_counter() - started
-            async with store.engine.begin() as conn:
-                assert await conn.run_sync(upgrade_to_head) == (head_revision(), head_revision())
+            assert await store.run(upgrade_to_head) == (head_revision(), head_revision())
             assert await store.admin_grants() == {"telegram:1"}
         finally:
             await store.close()
@@ -121,16 +118,11 @@ class TestMigrations:
     async def test_adopts_a_database_created_before_migrations(self, db_url: str) -> None:
         store = await open_store(db_url, create_tables=False)
         try:
-            assert store.engine is not None
-            async with store.engine.begin() as conn:
-                await conn.run_sync(Base.metadata.create_all)
-                await conn.execute(text("INSERT INTO admin_grants (user_key, granted_at) "
-                                        "VALUES ('telegram:1', CURRENT_TIMESTAMP)"))
-            async with store.engine.connect() as conn:
-                assert await conn.run_sync(current_revision) is None
+            await store.run(Base.metadata.create_all)
+            await store.run(insert_grant)
+            assert await store.run(current_revision) is None
             await store.migrate()
-            async with store.engine.connect() as conn:
-                assert await conn.run_sync(current_revision) == head_revision()
+            assert await store.run(current_revision) == head_revision()
             assert await store.admin_grants() == {"telegram:1"}
         finally:
             await store.close()
@@ -139,9 +131,7 @@ class TestMigrations:
     async def test_unknown_revision_fails_clearly(self, db_url: str) -> None:
         store = await open_store(db_url)
         try:
-            assert store.engine is not None
-            async with store.engine.begin() as conn:
-                await conn.execute(text("UPDATE alembic_version SET version_num = 'zz99'"))
+            await store.run(lambda c: c.execute(text("UPDATE alembic_version SET version_num = 'zz99'")))
             with pytest.raises(RuntimeError, match="revision 'zz99', which this version does not know"):
                 await store.migrate()
         finally:
@@ -150,14 +140,10 @@ class TestMigrations:
     async def test_downgrade_to_base_and_up_again(self, db_url: str) -> None:
         store = await open_store(db_url)
         try:
-            assert store.engine is not None
-            async with store.engine.begin() as conn:
-                await conn.run_sync(lambda c: command.downgrade(alembic_config(c), "base"))
-            async with store.engine.connect() as conn:
-                assert set(await conn.run_sync(lambda c: inspect(c).get_table_names())) == {"alembic_version"}
+            await store.run(lambda c: command.downgrade(alembic_config(c), "base"))
+            assert set(await store.run(lambda c: inspect(c).get_table_names())) == {"alembic_version"}
             await store.migrate()
-            async with store.engine.connect() as conn:
-                tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+            tables = set(await store.run(lambda c: inspect(c).get_table_names()))
             assert tables == MODEL_TABLES | {"alembic_version"}
         finally:
             await store.close()
@@ -171,8 +157,7 @@ def test_command_line_environment_upgrades_a_url(db_url: str) -> None:
     command.upgrade(cfg, "head")
     from sqlalchemy import create_engine
 
-    sync_url = db_url.replace("+aiosqlite", "")
-    engine = create_engine(sync_url)
+    engine = create_engine(db_url)  # psycopg 3 serves synchronous engines too
     try:
         with engine.connect() as conn:
             assert set(inspect(conn).get_table_names()) == MODEL_TABLES | {"alembic_version"}

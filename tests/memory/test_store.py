@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import time_machine
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.exc import NoResultFound, StatementError
 
 from memory.models import InboxRow, MessageRow, SessionRow, SummaryJobRow
@@ -36,9 +36,7 @@ def user(text_: str) -> dict[str, Any]:
 
 async def scalar(store: ConversationStore, stmt) -> Any:
     """Run one statement on the store's engine and return its scalar."""
-    assert store.engine is not None
-    async with store.engine.connect() as conn:
-        return (await conn.execute(stmt)).scalar()
+    return await store.run(lambda conn: conn.execute(stmt).scalar())
 
 
 async def seqs(store: ConversationStore, session_id: str) -> list[int]:
@@ -115,9 +113,8 @@ class TestConversationStore:
         rec = await store.get_session("telegram:1")
         assert rec.last_seq == 5
         assert rec.last_active > later
-        assert store.engine is not None
-        async with store.engine.connect() as conn:
-            rows = (await conn.execute(select(MessageRow.seq, MessageRow.role).order_by(MessageRow.seq))).all()
+        rows = await store.run(lambda conn: conn.execute(select(MessageRow.seq, MessageRow.role)
+                                                         .order_by(MessageRow.seq)).all())
         assert [tuple(r) for r in rows] == [(1, "user"), (2, "assistant"), (3, "user"), (4, "user"), (5, "user")]
 
     async def test_append_sets_last_active(self, store: ConversationStore) -> None:
@@ -314,11 +311,9 @@ class TestConversationStore:
         assert rec.last_active == local
         assert rec.last_active.utcoffset() == timedelta(0)
         assert rec.last_active.isoformat() == "2026-01-01T19:04:05.678901+00:00"
-        assert store.engine is not None
-        async with store._s() as s:  # the ORM path converts every column
-            row = await s.get(SessionRow, "telegram:1")
-            created = (await s.execute(select(MessageRow.created_at))).scalar_one()
-        assert row is not None and row.created_at == local and row.created_at.tzinfo is UTC
+        row = await store.run(lambda conn: conn.execute(select(SessionRow.created_at)).one())
+        created = await store.run(lambda conn: conn.execute(select(MessageRow.created_at)).scalar_one())
+        assert row.created_at == local and row.created_at.tzinfo is UTC
         assert created == local and created.tzinfo is UTC
         cutoff_naive = datetime(2026, 1, 1)  # noqa: DTZ001 - the store must refuse naive datetimes
         with pytest.raises(StatementError, match="naive datetime"):
@@ -327,10 +322,13 @@ class TestConversationStore:
     async def test_backend_settings(self, store: ConversationStore) -> None:
         assert store.engine is not None
         if store.dialect == "sqlite":
-            async with store.engine.connect() as conn:
-                assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
-                assert (await conn.execute(text("PRAGMA foreign_keys"))).scalar() == 1
-                assert (await conn.execute(text("PRAGMA busy_timeout"))).scalar() == 5000
+            def pragma(name: str) -> Any:
+                return store.run(lambda conn: conn.exec_driver_sql(f"PRAGMA {name}").scalar())
+
+            assert await pragma("journal_mode") == "wal"
+            assert await pragma("foreign_keys") == 1
+            assert await pragma("busy_timeout") == 5000
+            assert await pragma("wal_autocheckpoint") == 0  # checkpoints run off the event loop
         else:
             assert store.dialect == "postgresql"
             assert store.url.startswith("postgresql+psycopg://")

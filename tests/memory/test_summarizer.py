@@ -42,7 +42,7 @@ class World:
     def __init__(self, tmp_path: Path, summary_llm: FakeLLM, **settings) -> None:
         self.tmp_path = tmp_path
         self.config = ConfigHolder(Config(data_dir=str(tmp_path), timezone="Asia/Shanghai", **settings))
-        self.store = ConversationStore(f"sqlite+aiosqlite:///{tmp_path / 'chatbot.db'}")
+        self.store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
         self.daily = DailyMemory(tmp_path / "memory", ZONE)
         self.llm = summary_llm
         self.summarizer = Summarizer(store=self.store, llm=summary_llm, config=self.config, sessions=None,
@@ -70,10 +70,9 @@ class World:
                      sink=self.summarizer)
 
     async def job_rows(self) -> list[tuple[str, str, int]]:
-        async with self.store.engine.connect() as conn:
-            rows = await conn.execute(select(SummaryJobRow.reason, SummaryJobRow.status, SummaryJobRow.attempts)
-                                      .order_by(SummaryJobRow.id))
-            return [tuple(r) for r in rows]
+        rows = await self.store.run(lambda conn: conn.execute(
+            select(SummaryJobRow.reason, SummaryJobRow.status, SummaryJobRow.attempts).order_by(SummaryJobRow.id)).all())
+        return [tuple(r) for r in rows]
 
 
 @pytest.fixture
