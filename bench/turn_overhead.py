@@ -38,7 +38,8 @@ async def main() -> None:
         await store.open()
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)
-        agent = Agent(llm=FakeLLM(), tools=ToolRegistry([current_time]), store=store, config=holder, sink=sink)
+        agent = Agent(llm=FakeLLM(record=False), tools=ToolRegistry([current_time]), store=store, config=holder,
+                      sink=sink)
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions)
         channel = RecordingChannel()
         dispatcher.add_channel(channel)

@@ -37,6 +37,9 @@ class FakeLLM:
     #: when set, requests whose total content length exceeds it raise this error factory's result
     max_chars: int | None = None
     overflow_error: Any = None
+    #: keep every request in ``history`` (benchmarks switch it off: the deep copies are the fake's cost)
+    record: bool = True
+    calls: int = 0
 
     def enqueue(self, item: str | LLMResponse | LLMError | list[tuple[str, dict]]) -> FakeLLM:
         """Queue a reply: text, a full response, an error to raise, or a list of (tool name, args)."""
@@ -49,7 +52,9 @@ class FakeLLM:
 
     async def complete(self, messages, *, tools=None, model=None, temperature=None) -> LLMResponse:
         """Record the request and answer from the queue."""
-        self.history.append(Request(copy.deepcopy(messages), tools, model, temperature))
+        self.calls += 1
+        if self.record:
+            self.history.append(Request(copy.deepcopy(messages), tools, model, temperature))
         if self.latency:
             await asyncio.sleep(self.latency)
         if self.max_chars is not None and _size(messages) > self.max_chars:
@@ -63,7 +68,7 @@ class FakeLLM:
         if isinstance(item, LLMResponse):
             return item
         if isinstance(item, list):
-            n = len(self.history)
+            n = self.calls
             calls = tuple(ToolCall(id=f"call_{n}_{i}", name=name, arguments=json.dumps(args))
                           for i, (name, args) in enumerate(item))
             return LLMResponse(content=None, tool_calls=calls)

@@ -70,8 +70,8 @@ class World:
                      sink=self.summarizer)
 
     async def job_rows(self) -> list[tuple[str, str, int]]:
-        rows = await self.store.run(lambda conn: conn.execute(
-            select(SummaryJobRow.reason, SummaryJobRow.status, SummaryJobRow.attempts).order_by(SummaryJobRow.id)).all())
+        columns = (SummaryJobRow.reason, SummaryJobRow.status, SummaryJobRow.attempts)
+        rows = await self.store.run(lambda conn: conn.execute(select(*columns).order_by(SummaryJobRow.id)).all())
         return [tuple(r) for r in rows]
 
 
