@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ class SQLiteBackend(Backend):
         if not self.memory:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         # One connection, held by the store: a second checkout is a bug, so fail at once rather than wait.
-        self.engine: Engine = create_engine(f"sqlite:///{self.path or ':memory:'}", pool_size=1, max_overflow=0,
-                                            pool_timeout=0, pool_reset_on_return=None)
+        self.engine: Engine = create_engine(f"sqlite:///{self.path or ':memory:'}", poolclass=QueuePool, pool_size=1,
+                                            max_overflow=0, pool_timeout=0, pool_reset_on_return=None)
         event.listen(self.engine, "connect", _sqlite_pragmas)
         self.conn: Connection = self.engine.connect()
         self.checkpointer = None if self.memory else WalCheckpointer(self.path)
