@@ -24,7 +24,6 @@ from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
 from config import Config, ConfigHolder, load_config
-from memory.cleanup import CleanupJob
 from memory.daily import DailyMemory
 from memory.store import ConversationStore
 from memory.summarizer import Summarizer
@@ -129,8 +128,6 @@ class App:
         summarizer.sessions = sessions
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
                       notes=daily.long_term_notes)
-        # Load the tokenizer off the event loop, in the background: start-up does not wait for it.
-        self._tokenizer = asyncio.create_task(asyncio.to_thread(agent.counter, cfg.model))
         commands = CommandRegistry()
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
@@ -139,8 +136,8 @@ class App:
         await dispatcher.load_admins()
         # plugins: commands, tools and message hooks; config.json edits apply live
         install_plugins(services)
-        watcher = services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
-        await watcher.start()
+        # Started after "ready"; it reads the file's digest now, so an edit made in between is still seen.
+        services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
         services.channels = build_channels(cfg)
         for channel in services.channels:
             dispatcher.add_channel(channel)
@@ -163,14 +160,27 @@ class App:
                     logger.exception("channel %s failed to start", channel.name)
             await services.summarizer.start()
             await services.dispatcher.resume_pending()
-            cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
-            cleanup.start()
-            services.config.on_change(lambda old, new: cleanup.reschedule())
             logger.info("ready: %s", ", ".join(c.name for c in services.channels) or "no channels")
+            await self.start_background(services)
             await self._wait(services)
         finally:
             await self.shutdown(services)
         return 0
+
+    async def start_background(self, services: Services) -> None:
+        """Start what receiving messages does not need, after "ready": config watching, cleanup, the tokenizer.
+
+        None of it is on the path to "ready" (their imports and the tokenizer cost about 0.2 s); a first
+        turn that needs the tokenizer before the background load is done waits for it.
+        """
+        from memory.cleanup import CleanupJob  # imports APScheduler, which nothing before "ready" needs
+
+        await services.extras["config_watcher"].start()
+        cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
+        cleanup.start()
+        services.config.on_change(lambda old, new: cleanup.reschedule())
+        # Load the tokenizer off the event loop; the first turn's count waits on the same lock if needed.
+        self._tokenizer = asyncio.create_task(asyncio.to_thread(services.agent.counter, services.config.current.model))
 
     async def _wait(self, services: Services) -> None:
         stop = asyncio.create_task(self._stop.wait())
