@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import sys
@@ -110,6 +111,7 @@ class App:
         self.config_path = config_path
         self.services: Services | None = None
         self._stop = asyncio.Event()
+        self._warm_ups: set[asyncio.Task] = set()
 
     def request_stop(self) -> None:
         """Ask for a graceful stop (SIGINT/SIGTERM)."""
@@ -168,10 +170,10 @@ class App:
         return 0
 
     async def start_background(self, services: Services) -> None:
-        """Start what receiving messages does not need, after "ready": config watching, cleanup, the tokenizer.
+        """Start what receiving messages does not need, right after "ready": config watching, cleanup, warm-ups.
 
-        None of it is on the path to "ready" (their imports and the tokenizer cost about 0.2 s); a first
-        turn that needs the tokenizer before the background load is done waits for it.
+        A first turn that needs the tokenizer or the model SDK before its background load is done waits for it
+        (the tokenizer's lock, Python's import lock), so deferring them cannot make it fail.
         """
         from memory.cleanup import CleanupJob  # imports APScheduler, which nothing before "ready" needs
 
@@ -179,8 +181,23 @@ class App:
         cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
         cleanup.start()
         services.config.on_change(lambda old, new: cleanup.reschedule())
-        # Load the tokenizer off the event loop; the first turn's count waits on the same lock if needed.
-        self._tokenizer = asyncio.create_task(asyncio.to_thread(services.agent.counter, services.config.current.model))
+        cfg = services.config.current
+        self._warm_up("tokenizer", services.agent.counter, cfg.model)
+        if cfg.model_configured:
+            # The model SDK takes about 0.6 s to import (a no-op while agent.llm imports it at module level).
+            self._warm_up("model SDK", importlib.import_module, "openai")
+
+    def _warm_up(self, what: str, func: Any, *args: Any) -> None:
+        """Run ``func(*args)`` in a worker thread, off the event loop; a failure is logged, not raised."""
+
+        def done(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                logger.warning("loading the %s in the background failed", what, exc_info=task.exception())
+
+        task = asyncio.create_task(asyncio.to_thread(func, *args), name=f"warm-up {what}")
+        task.add_done_callback(done)
+        self._warm_ups.add(task)
+        task.add_done_callback(self._warm_ups.discard)
 
     async def _wait(self, services: Services) -> None:
         stop = asyncio.create_task(self._stop.wait())
