@@ -64,11 +64,17 @@ def test_counter_uses_the_rust_tokenizer_without_importing_the_package() -> None
     assert float(done.stdout) < 0.5
 
 
-def test_public_api_fallback_counts_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_bindings() -> None:
-        raise ModuleNotFoundError("moved", name="bpe_openai._bindings")
+def no_bindings() -> object:
+    raise ModuleNotFoundError("moved", name="bpe_openai._bindings")
 
-    monkeypatch.setattr(tokens, "_load_bindings", no_bindings)
+
+def changed_bindings() -> object:
+    return object()  # a future version without tokenizer_for_encoding
+
+
+@pytest.mark.parametrize("load_bindings", [no_bindings, changed_bindings])
+def test_public_api_fallback_counts_the_same(monkeypatch: pytest.MonkeyPatch, load_bindings) -> None:
+    monkeypatch.setattr(tokens, "_load_bindings", load_bindings)
     monkeypatch.setattr(tokens, "_encodings", {})
     counter = TokenCounter("gpt-4o")
     assert isinstance(counter._encoding, tokens._PublicEncoding)
