@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import sys
@@ -24,7 +25,6 @@ from channels.base import BaseChannel
 from channels.commands import CommandRegistry
 from channels.dispatcher import Dispatcher
 from config import Config, ConfigHolder, load_config
-from memory.cleanup import CleanupJob
 from memory.daily import DailyMemory
 from memory.store import ConversationStore
 from memory.summarizer import Summarizer
@@ -111,6 +111,7 @@ class App:
         self.config_path = config_path
         self.services: Services | None = None
         self._stop = asyncio.Event()
+        self._warm_ups: set[asyncio.Task] = set()
 
     def request_stop(self) -> None:
         """Ask for a graceful stop (SIGINT/SIGTERM)."""
@@ -129,8 +130,6 @@ class App:
         summarizer.sessions = sessions
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
                       notes=daily.long_term_notes)
-        # Load the tokenizer off the event loop, in the background: start-up does not wait for it.
-        self._tokenizer = asyncio.create_task(asyncio.to_thread(agent.counter, cfg.model))
         commands = CommandRegistry()
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
@@ -139,8 +138,8 @@ class App:
         await dispatcher.load_admins()
         # plugins: commands, tools and message hooks; config.json edits apply live
         install_plugins(services)
-        watcher = services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
-        await watcher.start()
+        # Started after "ready"; it reads the file's digest now, so an edit made in between is still seen.
+        services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
         services.channels = build_channels(cfg)
         for channel in services.channels:
             dispatcher.add_channel(channel)
@@ -163,14 +162,42 @@ class App:
                     logger.exception("channel %s failed to start", channel.name)
             await services.summarizer.start()
             await services.dispatcher.resume_pending()
-            cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
-            cleanup.start()
-            services.config.on_change(lambda old, new: cleanup.reschedule())
             logger.info("ready: %s", ", ".join(c.name for c in services.channels) or "no channels")
+            await self.start_background(services)
             await self._wait(services)
         finally:
             await self.shutdown(services)
         return 0
+
+    async def start_background(self, services: Services) -> None:
+        """Start what receiving messages does not need, right after "ready": config watching, cleanup, warm-ups.
+
+        A first turn that needs the tokenizer or the model SDK before its background load is done waits for it
+        (the tokenizer's lock, Python's import lock), so deferring them cannot make it fail.
+        """
+        from memory.cleanup import CleanupJob  # imports APScheduler, which nothing before "ready" needs
+
+        await services.extras["config_watcher"].start()
+        cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
+        cleanup.start()
+        services.config.on_change(lambda old, new: cleanup.reschedule())
+        cfg = services.config.current
+        self._warm_up("tokenizer", services.agent.counter, cfg.model)
+        if cfg.model_configured:
+            # The model SDK takes about 0.6 s to import (a no-op while agent.llm imports it at module level).
+            self._warm_up("model SDK", importlib.import_module, "openai")
+
+    def _warm_up(self, what: str, func: Any, *args: Any) -> None:
+        """Run ``func(*args)`` in a worker thread, off the event loop; a failure is logged, not raised."""
+
+        def done(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                logger.warning("loading the %s in the background failed", what, exc_info=task.exception())
+
+        task = asyncio.create_task(asyncio.to_thread(func, *args), name=f"warm-up {what}")
+        task.add_done_callback(done)
+        self._warm_ups.add(task)
+        task.add_done_callback(self._warm_ups.discard)
 
     async def _wait(self, services: Services) -> None:
         stop = asyncio.create_task(self._stop.wait())

@@ -1,16 +1,24 @@
 """Token counting with a real offline tokenizer, and the table of model context windows.
 
 Counting uses ``bpe-openai``, which ships the cl100k and o200k tables inside the package and gives the
-same token ids as tiktoken, without any download. Each encoding is loaded once per process (about
-1 s the first time). If it cannot be loaded at all, a documented estimate is used instead
-(:func:`estimate_tokens`); ``TokenCounter.exact`` tells which one is in use.
+same token ids as tiktoken, without any download. Counting only needs its Rust tokenizer
+(``bpe_openai._bindings``), which builds an encoding in 40-80 ms. Importing the ``bpe_openai`` package
+itself costs about 1 s of pure-Python parsing (its ``compat`` module decodes the cl100k, o200k and voyage3
+rank files at import time, for ``decode`` and model metadata we do not use), so the extension module is
+loaded on its own from the installed package folder (:func:`_load_bindings`); if that layout ever changes,
+the public ``bpe_openai.get_encoding`` is used instead. Each encoding is loaded once per process. If none
+can be loaded, a documented estimate is used (:func:`estimate_tokens`); ``TokenCounter.exact`` tells which.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import logging
+import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -45,24 +53,83 @@ def encoding_name_for(model: str) -> str:
     return "o200k_base" if name.startswith(_O200K_PREFIXES) else "cl100k_base"
 
 
+def _load_bindings() -> Any:
+    """bpe-openai's Rust extension module, without running the package's slow ``__init__``.
+
+    The module is registered under its real name, ``bpe_openai._bindings``: a PyO3 module can be
+    initialised only once per process, and a later ``import bpe_openai`` then reuses it.
+    """
+    name = "bpe_openai._bindings"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    package = importlib.util.find_spec("bpe_openai")  # locates the package without importing it
+    if package is None or not package.submodule_search_locations:
+        raise ModuleNotFoundError("bpe_openai is not installed", name="bpe_openai")
+    for folder in package.submodule_search_locations:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = Path(folder) / f"_bindings{suffix}"
+            if path.is_file():
+                loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+                spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+                assert spec is not None
+                module = importlib.util.module_from_spec(spec)
+                loader.exec_module(module)
+                sys.modules[name] = module
+                return module
+    raise ModuleNotFoundError(f"no {name} extension in {package.submodule_search_locations}", name=name)
+
+
+def _load_tokenizer(name: str) -> Any:
+    """A tokenizer for encoding ``name`` with ``count(text) -> int``: the Rust one, else bpe-openai's public API."""
+    try:
+        tokenizer = _load_bindings().tokenizer_for_encoding(name)
+        tokenizer.count("")  # the private API relied on; the tests check its counts against the public one
+    except (ImportError, AttributeError):
+        logger.info("bpe-openai's extension module cannot be used on its own; importing the whole package",
+                    exc_info=True)
+    else:
+        return tokenizer
+    # bpe-openai reads its bundled tables with a deprecated importlib.resources call; the warning is
+    # harmless, and where warnings are errors (the tests) it would hide the real tokenizer.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai
+
+        return _PublicEncoding(bpe_openai.get_encoding(name))
+
+
+class _PublicEncoding:
+    """bpe-openai's public ``Encoding``, with the Rust tokenizer's ``count(text)``."""
+
+    def __init__(self, encoding: Any) -> None:
+        self.encoding = encoding
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` (special-token markers are ordinary text)."""
+        return len(self.encoding.encode_ordinary(text))
+
+
 def _load_encoding(name: str) -> Any | None:
-    """The bpe-openai encoding ``name``, loaded once per process; None when it cannot be loaded."""
+    """The tokenizer for encoding ``name``, loaded once per process; None when it cannot be loaded."""
     with _encodings_lock:
         if name in _encodings:
             return _encodings[name]
         try:
-            # bpe-openai reads its bundled tables with a deprecated importlib.resources call; the warning
-            # is harmless, and where warnings are errors (the tests) it would hide the real tokenizer.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                import bpe_openai
-
-                encoding = bpe_openai.get_encoding(name)
+            encoding = _load_tokenizer(name)
         except Exception:  # any failure means "no tokenizer": fall back to the estimate
             logger.warning("Tokenizer %s unavailable; using the character estimate", name, exc_info=True)
             encoding = None
         _encodings[name] = encoding
         return encoding
+
+
+def _count(encoding: Any, text: str) -> int:
+    """Tokens of ``text``; lone surrogates (not valid UTF-8) are replaced first, as bpe-openai does."""
+    try:
+        return encoding.count(text)
+    except UnicodeEncodeError:
+        return encoding.count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
 
 
 def _is_cjk(code: int) -> bool:
@@ -115,9 +182,8 @@ class TokenCounter:
             return 0
         if self._encoding is None:
             return estimate_tokens(text)
-        encode = self._encoding.encode_ordinary
         if len(text) <= _CHUNK_CHARS:
-            return len(encode(text))
+            return _count(self._encoding, text)
         total = 0
         start = 0
         while start < len(text):
@@ -127,7 +193,7 @@ class TokenCounter:
                 space = max(text.rfind(" ", end - 1000, end), text.rfind("\n", end - 1000, end))
                 if space > start:
                     end = space
-            total += len(encode(text[start:end]))
+            total += _count(self._encoding, text[start:end])
             start = end
         return total
 

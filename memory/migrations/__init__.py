@@ -3,33 +3,46 @@
 The Alembic configuration is built in code, so no ``alembic.ini`` is needed at run time (the one in
 this folder is for developers' command-line use). The store runs the upgrade on its own async engine
 through ``connection.run_sync(upgrade_to_head)``.
+
+Importing Alembic costs about a quarter of a second, so the usual start, on a database already at head,
+does without it: the head revision is read from the scripts' ``revision``/``down_revision`` lines
+(:func:`head_revision`, checked against Alembic's own answer by the tests) and compared with the one row
+of ``alembic_version``. Alembic is imported only when there is something to upgrade, stamp or explain.
 """
 
 from __future__ import annotations
 
+import ast
 import logging
+import re
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 logger = logging.getLogger(__name__)
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 #: The revision whose schema equals what ``Base.metadata.create_all()`` made before migrations existed.
 BASELINE = "0001"
+#: Alembic's default version table, which env.py does not rename.
+VERSION_TABLE = "alembic_version"
 #: Key of the PostgreSQL advisory lock that serialises concurrent starts.
 _PG_LOCK_KEY = 0x6C6F6E67636861  # "longcha"
+#: A module-level ``revision = ...`` or ``down_revision: str | None = ...`` line of a revision script.
+_ASSIGNMENT = re.compile(r"^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config for this folder, optionally bound to an open connection."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(SCRIPT_LOCATION))
     cfg.set_main_option("path_separator", "os")
@@ -41,30 +54,85 @@ def alembic_config(connection: Connection | None = None) -> Config:
 @lru_cache(maxsize=1)
 def script_directory() -> ScriptDirectory:
     """The parsed revision scripts (cached: parsing them is the slow part of a no-op start)."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
+def scan_head(versions: Path) -> str | None:
+    """The single head of the revision scripts in ``versions``, read from their source without Alembic.
+
+    None when it cannot be told this way (no scripts, an unreadable assignment, several heads); callers
+    then ask Alembic.
+    """
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in versions.glob("*.py"):
+        found = dict(match.groups() for match in _ASSIGNMENT.finditer(script.read_text(encoding="utf-8")))
+        if "revision" not in found or "down_revision" not in found:
+            return None
+        try:
+            revision = ast.literal_eval(found["revision"])
+            down = ast.literal_eval(found["down_revision"])
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(revision, str):
+            return None
+        revisions.add(revision)
+        if isinstance(down, str):
+            parents.add(down)
+        elif isinstance(down, tuple | list):
+            parents.update(down)
+        elif down is not None:
+            return None
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+@lru_cache(maxsize=1)
 def head_revision() -> str:
-    """The newest revision."""
-    head = script_directory().get_current_head()
+    """The newest revision (read from the scripts' source; Alembic decides when that is ambiguous)."""
+    head = scan_head(SCRIPT_LOCATION / "versions")
+    if head is None:
+        head = script_directory().get_current_head()
     assert head is not None, "no migration scripts found"
     return head
 
 
+def _version_rows(connection: Connection) -> list[str]:
+    """The revisions stamped in ``alembic_version``: none for a database never migrated."""
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return []
+    return [row[0] for row in connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))]
+
+
 def current_revision(connection: Connection) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(connection).get_current_revision()
 
 
 def upgrade_to_head(connection: Connection) -> tuple[str | None, str]:
     """Bring the database on ``connection`` to head; return ``(revision before, head)``.
 
-    Run inside a transaction. A database already at head costs two small queries.
+    Run inside a transaction. A database already at head costs two small queries and no Alembic import.
     """
     if connection.dialect.name == "postgresql":
         # Two processes starting at once must not both create the tables.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
     head = head_revision()
+    if _version_rows(connection) == [head]:
+        return head, head
+    return _upgrade(connection, head)
+
+
+def _upgrade(connection: Connection, head: str) -> tuple[str | None, str]:
+    """The slow path of :func:`upgrade_to_head`, with Alembic: adopt, check and upgrade."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from alembic.util.exc import CommandError
+
     context = MigrationContext.configure(connection)
     before = context.get_current_revision()
     if before == head:

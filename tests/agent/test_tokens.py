@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
 import pytest
 
 from agent import tokens
@@ -27,11 +32,59 @@ MIXED = "Deploy v2.3 到生产环境 at 18:00 UTC；请确认 rollback plan 已�
 @pytest.mark.parametrize("text", [ENGLISH, CHINESE, MIXED])
 def test_count_text_equals_bpe_openai_encode(model: str, text: str) -> None:
     counter = TokenCounter(model)
-    encoding = tokens._load_encoding(counter.encoding_name)
-    assert type(encoding).__module__ == "bpe_openai.tokenizer"  # bpe-openai's own Encoding
-    expected = len(encoding.encode(text))
+    expected = len(public_encoding(counter.encoding_name).encode(text))
     assert counter.exact is True
     assert counter.count_text(text) == expected
+
+
+def public_encoding(name: str):
+    """bpe-openai's own public Encoding, to check the fast path against."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai
+
+        return bpe_openai.get_encoding(name)
+
+
+def test_counter_uses_the_rust_tokenizer_without_importing_the_package() -> None:
+    # Importing bpe_openai parses three rank files in Python (about 1 s); start-up must not pay that.
+    script = (
+        "import sys, time\n"
+        "started = time.perf_counter()\n"
+        "from agent.tokens import TokenCounter\n"
+        "counter = TokenCounter('gpt-4o')\n"
+        "assert counter.exact and counter.count_text('hello world') == 2\n"
+        "assert type(counter._encoding).__module__ == 'bpe_openai._bindings', type(counter._encoding)\n"
+        "assert 'bpe_openai' not in sys.modules and 'bpe_openai.compat' not in sys.modules\n"
+        "sys.stdout.write(str(time.perf_counter() - started))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 0.5
+
+
+def no_bindings() -> object:
+    raise ModuleNotFoundError("moved", name="bpe_openai._bindings")
+
+
+def changed_bindings() -> object:
+    return object()  # a future version without tokenizer_for_encoding
+
+
+@pytest.mark.parametrize("load_bindings", [no_bindings, changed_bindings])
+def test_public_api_fallback_counts_the_same(monkeypatch: pytest.MonkeyPatch, load_bindings) -> None:
+    monkeypatch.setattr(tokens, "_load_bindings", load_bindings)
+    monkeypatch.setattr(tokens, "_encodings", {})
+    counter = TokenCounter("gpt-4o")
+    assert isinstance(counter._encoding, tokens._PublicEncoding)
+    assert counter.exact is True
+    assert counter.count_text(MIXED) == len(public_encoding("o200k_base").encode_ordinary(MIXED))
+
+
+def test_lone_surrogates_are_counted_like_bpe_openai() -> None:
+    text = "a\ud800b"
+    assert TokenCounter("gpt-4o").count_text(text) == len(public_encoding("o200k_base").encode_ordinary(text)) == 3
 
 
 def test_known_counts() -> None:
@@ -73,13 +126,13 @@ def test_encoding_loaded_once_per_process() -> None:
 def test_special_token_markers_are_ordinary_text() -> None:
     counter = TokenCounter("gpt-4o")
     text = "before <|endoftext|> after"
-    assert counter.count_text(text) == len(tokens._load_encoding("o200k_base").encode_ordinary(text))
+    assert counter.count_text(text) == len(public_encoding("o200k_base").encode_ordinary(text))
 
 
 def test_long_text_is_counted_in_chunks_without_error() -> None:
     counter = TokenCounter("gpt-4o")
     text = "hello world, this is long. " * 10_000  # 270,000 characters, more than one chunk
-    expected = len(tokens._load_encoding("o200k_base").encode(text))
+    expected = len(public_encoding("o200k_base").encode(text))
     assert counter.count_text(text) == expected
     huge = "x" * 1_200_000  # above bpe-openai's 1,000,000-character and 200,000-token limits
     assert counter.count_text(huge) > 0

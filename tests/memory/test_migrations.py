@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.util.exc import CommandError
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
-from memory.migrations import BASELINE, alembic_config, current_revision, head_revision, upgrade_to_head
+from memory.migrations import (
+    BASELINE,
+    SCRIPT_LOCATION,
+    alembic_config,
+    current_revision,
+    head_revision,
+    scan_head,
+    script_directory,
+    upgrade_to_head,
+)
 from memory.models import Base
 from memory.store import ConversationStore
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL_TABLES = {"sessions", "messages", "inbox", "summary_jobs", "admin_grants"}
 
 
@@ -164,3 +179,61 @@ def test_command_line_environment_upgrades_a_url(db_url: str) -> None:
             assert current_revision(conn) == head_revision()
     finally:
         engine.dispose()
+
+
+def test_head_read_from_the_scripts_equals_alembics() -> None:
+    assert scan_head(SCRIPT_LOCATION / "versions") == script_directory().get_current_head() == head_revision()
+
+
+def write_revision(folder: Path, revision: str, down: str | tuple[str, ...] | None) -> None:
+    """A revision script as the template writes it."""
+    (folder / f"{revision}_x.py").write_text(
+        f'"""x\n\nRevision ID: {revision}\n"""\n\nrevision: str = {revision!r}\n'
+        f"down_revision: str | None = {down!r}\nbranch_labels = None\n", encoding="utf-8")
+
+
+def test_scan_head_follows_the_chain_and_merges(tmp_path: Path) -> None:
+    assert scan_head(tmp_path) is None  # no scripts
+    write_revision(tmp_path, "0001", None)
+    write_revision(tmp_path, "0002", "0001")
+    assert scan_head(tmp_path) == "0002"
+    write_revision(tmp_path, "0003a", "0002")
+    write_revision(tmp_path, "0003b", "0002")
+    assert scan_head(tmp_path) is None  # two heads: Alembic decides (and refuses)
+    write_revision(tmp_path, "0004", ("0003a", "0003b"))
+    assert scan_head(tmp_path) == "0004"
+    (tmp_path / "0005_odd.py").write_text("revision = make_id()\ndown_revision = '0004'\n", encoding="utf-8")
+    assert scan_head(tmp_path) is None  # not a literal: Alembic decides
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_start_at_head_does_not_import_alembic(db_url: str) -> None:
+    async def create() -> None:
+        store = await open_store(db_url)
+        await store.close()
+
+    asyncio.run(create())
+    script = (
+        "import asyncio, sys\n"
+        "from memory.store import ConversationStore\n"
+        f"store = ConversationStore({db_url!r})\n"
+        "asyncio.run(store.open())\n"
+        "asyncio.run(store.close())\n"
+        "assert 'alembic' not in sys.modules, 'alembic was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_fast_path_leaves_other_revisions_to_alembic(db_url: str) -> None:
+    store = await open_store(db_url)
+    try:
+        assert store.engine is not None
+        async with store.engine.begin() as conn:
+            assert await conn.run_sync(upgrade_to_head) == (head_revision(), head_revision())
+            # two rows (as after a branch): the one-row fast path must not accept it as "at head"
+            await conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('zz98')"))
+        with pytest.raises(CommandError, match="more than one head"):
+            await store.migrate()
+    finally:
+        await store.close()

@@ -1,0 +1,42 @@
+"""Unit tests of app.py's own helpers (the whole bot is exercised by the e2e tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from app import App
+
+
+async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
+    app = App(Path("config.json"))
+    loop_thread: list[bool] = []
+
+    def ok() -> None:
+        loop_thread.append(_in_loop_thread())
+
+    def broken(name: str) -> None:
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    app._warm_up("thing", ok)
+    app._warm_up("model SDK", broken, "nope")
+    tasks = list(app._warm_ups)
+    assert len(tasks) == 2
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0)  # done callbacks
+    assert loop_thread == [False]
+    assert not app._warm_ups
+    failures = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in failures] == ["loading the model SDK in the background failed"]
+    assert failures[0].exc_info is not None and "nope" in str(failures[0].exc_info[1])
+
+
+def _in_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
