@@ -120,9 +120,10 @@ class WalCheckpointer:
     async def stop(self) -> None:
         """Stop, after any checkpoint under way."""
         self._stop.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        task, self._task = self._task, None
+        # (a task of a loop that has ended was cancelled with it: nothing to wait for)
+        if task is not None and not task.done():
+            await task
         if self._conn is not None:
             self._conn.close()
             self._conn = None

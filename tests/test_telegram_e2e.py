@@ -151,8 +151,14 @@ def test_per_chat_order_under_concurrency(servers, bot):
         llm.latency = 0.0
 
 
-def test_shared_group_session(servers, tmp_path):
-    api, llm = servers
+def test_shared_group_session(tmp_path):
+    # Servers of its own: the module's bot is still polling the shared fake API, and would race this
+    # bot for the updates.
+    with FakeTelegramAPI(username=BOT) as api, FakeOpenAIServer() as llm:
+        run_shared_group_session(api, llm, tmp_path)
+
+
+def run_shared_group_session(api: FakeTelegramAPI, llm: FakeOpenAIServer, tmp_path) -> None:
     proc = BotProcess(tmp_path, **settings(api, llm, group_shared_session=True)).start()
     try:
         chat = dict(chat_type="supergroup", title="Shared")

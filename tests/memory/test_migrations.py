@@ -228,11 +228,9 @@ def test_start_at_head_does_not_import_alembic(db_url: str) -> None:
 async def test_fast_path_leaves_other_revisions_to_alembic(db_url: str) -> None:
     store = await open_store(db_url)
     try:
-        assert store.engine is not None
-        async with store.engine.begin() as conn:
-            assert await conn.run_sync(upgrade_to_head) == (head_revision(), head_revision())
-            # two rows (as after a branch): the one-row fast path must not accept it as "at head"
-            await conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('zz98')"))
+        assert await store.run(upgrade_to_head) == (head_revision(), head_revision())
+        # two rows (as after a branch): the one-row fast path must not accept it as "at head"
+        await store.run(lambda c: c.execute(text("INSERT INTO alembic_version (version_num) VALUES ('zz98')")))
         with pytest.raises(CommandError, match="more than one head"):
             await store.migrate()
     finally:
