@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from pathlib import Path
 
 import pytest
 
-from app import App
+from app import App, freeze_heap
 
 
 async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
@@ -40,3 +41,16 @@ def _in_loop_thread() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def test_freeze_heap_takes_start_up_objects_out_of_collections() -> None:
+    marker: list[object] = [object()]
+    assert any(o is marker for o in gc.get_objects())
+    try:
+        freeze_heap()
+        assert gc.get_freeze_count() > 0
+        assert not any(o is marker for o in gc.get_objects())  # full collections no longer traverse it
+        later: list[object] = [object()]
+        assert any(o is later for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
