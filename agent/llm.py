@@ -204,35 +204,56 @@ class OpenAILLM:
         temperature: float | None = None,
     ) -> LLMResponse:
         """Send one request, retrying transient failures."""
-        kwargs: dict[str, Any] = {"model": model or self.model, "messages": messages}
+        body: dict[str, Any] = {"model": model or self.model, "messages": messages}
         if tools:
-            kwargs["tools"] = tools
+            body["tools"] = tools
         if temperature is not None:
-            kwargs["temperature"] = temperature
-        return await with_retries(lambda: self._once(kwargs), base_delay=self.retry_base_delay)
+            body["temperature"] = temperature
+        return await with_retries(lambda: self._once(body), base_delay=self.retry_base_delay)
 
-    async def _once(self, kwargs: dict[str, Any]) -> LLMResponse:
+    async def _once(self, body: dict[str, Any]) -> LLMResponse:
+        # The SDK client's own transport, errors and timeouts, but neither its per-request walk over the
+        # typed params (our messages are plain JSON already) nor its pydantic response models: the body
+        # is posted as is and the answer comes back as the decoded JSON (``cast_to=object``).
         try:
-            resp = await self._client.chat.completions.create(**kwargs)
+            data = await self._client.post("/chat/completions", body=body, cast_to=object, options=_OPTIONS)
         except Exception as exc:  # noqa: BLE001 - classified into our tree
             raise classify(exc) from exc
-        if not resp.choices:
-            raise OtherLLMError("the model returned no choices")
-        choice = resp.choices[0]
-        msg = choice.message
-        calls = tuple(
-            ToolCall(id=tc.id, name=tc.function.name, arguments=tc.function.arguments or "{}")
-            for tc in (msg.tool_calls or [])
-            if getattr(tc, "function", None) is not None
-        )
-        usage = Usage()
-        if resp.usage is not None:
-            usage = Usage(resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0)
-        return LLMResponse(content=msg.content, tool_calls=calls, usage=usage, finish_reason=choice.finish_reason)
+        return parse_completion(data)
 
     async def close(self) -> None:
         """Close the HTTP client."""
         await self._client.close()
+
+
+#: What ``chat.completions.create`` passes for every request: the API key as a bearer token.
+_OPTIONS: dict[str, Any] = {"security": {"bearer_auth": True}}
+
+
+def parse_completion(data: Any) -> LLMResponse:
+    """An :class:`LLMResponse` from a decoded chat-completion body."""
+    if isinstance(data, (str, bytes)):  # a server that labels its JSON with another content type
+        try:
+            data = json.loads(data)
+        except ValueError:
+            raise OtherLLMError("the model endpoint did not answer with JSON") from None
+    if not isinstance(data, dict):
+        raise OtherLLMError("the model endpoint did not answer with a JSON object")
+    choices = data.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise OtherLLMError("the model returned no choices")
+    choice = choices[0]
+    msg = choice.get("message") or {}
+    calls = tuple(
+        ToolCall(id=tc.get("id") or "", name=fn.get("name") or "", arguments=fn.get("arguments") or "{}")
+        for tc in (msg.get("tool_calls") or [])
+        if isinstance(tc, dict) and isinstance(fn := tc.get("function"), dict)
+    )
+    usage = Usage()
+    if isinstance(raw := data.get("usage"), dict):
+        usage = Usage(raw.get("prompt_tokens") or 0, raw.get("completion_tokens") or 0)
+    return LLMResponse(content=msg.get("content"), tool_calls=calls, usage=usage,
+                       finish_reason=choice.get("finish_reason"))
 
 
 NO_MODEL_HINT = (
@@ -266,5 +287,5 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
 
 __all__ = [
     "BaseLLM", "LLMResponse", "ToolCall", "Usage", "OpenAILLM", "UnconfiguredLLM", "classify",
-    "is_overflow", "with_retries", "backoff_delay", "parse_arguments", "NO_MODEL_HINT", "LLMError",
+    "is_overflow", "with_retries", "parse_completion", "backoff_delay", "parse_arguments", "NO_MODEL_HINT", "LLMError",
 ]

@@ -146,3 +146,43 @@ def test_backoff_delay_grows_and_caps():
     assert 1.0 <= backoff_delay(3, None) <= 2.0
     assert backoff_delay(10, None) <= 20.0
     assert backoff_delay(1, 3.0) == 3.0
+
+
+async def test_request_body_and_parsed_answer():
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    tools = [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "héllo"}]
+    with FakeOpenAIServer() as srv:
+        srv.required_api_key = "k"
+        srv.enqueue_tool_calls([("now", '{"tz": "UTC"}')], content="let me look")
+        llm = OpenAILLM(api_key="k", base_url=srv.base_url, model="m")
+        try:
+            resp = await llm.complete(messages, tools=tools, temperature=0.5)
+            plain = await llm.complete(messages, model="other")
+        finally:
+            await llm.close()
+        first, second = srv.requests
+    assert first == {"model": "m", "messages": messages, "tools": tools, "temperature": 0.5}
+    assert second == {"model": "other", "messages": messages}
+    assert resp.content == "let me look"
+    assert [(c.name, c.arguments) for c in resp.tool_calls] == [("now", '{"tz": "UTC"}')]
+    assert resp.tool_calls[0].id.startswith("call_")
+    assert resp.finish_reason == "tool_calls"
+    assert resp.usage.prompt_tokens >= 1 and resp.usage.completion_tokens >= 1
+    assert (plain.content, plain.tool_calls, plain.finish_reason) == ("echo: héllo", (), "stop")
+
+
+def test_parse_completion_edge_cases():
+    from agent.llm import parse_completion
+
+    with pytest.raises(OtherLLMError, match="no choices"):
+        parse_completion({"choices": []})
+    with pytest.raises(OtherLLMError, match="JSON"):
+        parse_completion("<html>gateway</html>")
+    text = json.dumps(ok_body("from text"))
+    assert parse_completion(text).content == "from text"
+    resp = parse_completion({"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": None}}]}}]})
+    assert [(c.id, c.name, c.arguments) for c in resp.tool_calls] == [("a", "f", "{}")]
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens, resp.finish_reason) == (0, 0, None)

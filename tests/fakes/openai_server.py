@@ -12,7 +12,9 @@ Scripted replies are answered first in, first out. When the queue is empty, :att
 and then the default: ``"echo: " + <the last user message text>``. ``"stream": true`` is answered with SSE
 chunks ending with ``data: [DONE]``. Every request body is recorded in :attr:`requests`.
 
-Connections are HTTP/1.0 (closed after each response), so :meth:`stop` never waits on an idle keep-alive.
+Connections are HTTP/1.1 keep-alive, as with real providers (a new connection per request would charge the
+client for connection set-up a real deployment does not pay); :meth:`stop` ends idle ones, so it never
+waits on them. Streamed answers close their connection.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -74,6 +77,40 @@ def error_payload(status: int, message: str, code: str | None = None, type: str 
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
+class KeepAliveHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that can end its open (idle keep-alive) connections when it stops."""
+
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Track the connection, then serve it in its own thread."""
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Forget the connection and close it."""
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def end_connections(self) -> None:
+        """Make every open connection read end-of-file, so idle handlers return (answers in progress finish)."""
+        with self._open_lock:
+            conns = list(self._open)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
+
 class FakeOpenAIServer:
     """An OpenAI-compatible chat-completions endpoint on a random loopback port."""
 
@@ -94,7 +131,7 @@ class FakeOpenAIServer:
         self._arrived = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: KeepAliveHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -103,9 +140,7 @@ class FakeOpenAIServer:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        server.daemon_threads = False
-        server.block_on_close = True
+        server = KeepAliveHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-openai", daemon=True)
@@ -121,6 +156,7 @@ class FakeOpenAIServer:
         with self._lock:
             self._arrived.notify_all()
         server.shutdown()
+        server.end_connections()
         server.server_close()
         if thread is not None:
             thread.join(5)
@@ -310,7 +346,7 @@ def stream_chunks(response: dict[str, Any], piece: int = 8) -> list[dict[str, An
 
 def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
+        protocol_version = "HTTP/1.1"
         timeout = 30
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -359,6 +395,8 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")  # no Content-Length: the end of the body is the close
+            self.close_connection = True
             self.end_headers()
             chunks = stream_chunks(response)
             if include_usage:

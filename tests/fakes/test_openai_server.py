@@ -222,3 +222,23 @@ def test_stop_interrupts_latency_and_wait_for_requests():
     assert time.monotonic() - start < 3
     with pytest.raises(TimeoutError):
         FakeOpenAIServer().wait_for_requests(1, timeout=0.05)
+
+
+def test_keep_alive_and_stop_with_an_idle_connection():
+    import http.client
+
+    srv = FakeOpenAIServer().start()
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+    try:
+        for text in ("one", "two"):
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+            conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert json.loads(resp.read())["choices"][0]["message"]["content"] == f"echo: {text}"
+            assert (resp.version, resp.will_close) == (11, False)
+        started = time.monotonic()
+        srv.stop()  # the connection is still open and idle
+        assert time.monotonic() - started < 2
+    finally:
+        conn.close()
+        srv.stop()
