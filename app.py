@@ -274,7 +274,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     interactive = "terminal" in cfg.channels and sys.stdin.isatty()
     setup_logging(cfg, quiet_console=interactive)
-    return asyncio.run(App(path).run(cfg))
+    return run_loop(App(path).run(cfg))
+
+
+def run_loop(main_coro: Any) -> int:
+    """Run on uvloop where it is installed (it is on Linux and macOS), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main_coro)
+    return uvloop.run(main_coro)
 
 
 if __name__ == "__main__":

@@ -124,16 +124,24 @@ def _write_append(path: Path, title: str, section: str) -> None:
         fh.flush()
 
 
+MAX_CACHED_DIRS = 4096
+
+
 class DailyMemory:
     """Per-session daily memory files under ``root`` (``<data_dir>/memory``), dated in ``zone``."""
 
     def __init__(self, root: Path, zone: tzinfo) -> None:
         self.root = Path(root)
         self.zone = zone
+        #: folders already checked (the system prompt reads MEMORY.md every turn: two realpath walks a turn)
+        self._dirs: dict[str, Path] = {}
 
     # --- paths ------------------------------------------------------------------------------
     def session_dir(self, session_id: str) -> Path:
         """This session's folder; raise ``ValueError`` if the id would name anything outside the root."""
+        path = self._dirs.get(session_id)
+        if path is not None:
+            return path
         name = session_dir_name(session_id)
         if name in ("", ".", ".."):
             raise ValueError(f"session id {session_id!r} cannot name a memory folder")
@@ -141,6 +149,9 @@ class DailyMemory:
         root = self.root.resolve()
         if path.resolve().parent != root:
             raise ValueError(f"session id {session_id!r} escapes the memory folder")
+        if len(self._dirs) >= MAX_CACHED_DIRS:
+            self._dirs.clear()
+        self._dirs[session_id] = path
         return path
 
     def file_for(self, session_id: str, date: str) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import App, freeze_heap
+from app import App, freeze_heap, run_loop
 
 
 async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
@@ -54,3 +54,16 @@ def test_freeze_heap_takes_start_up_objects_out_of_collections() -> None:
         assert any(o is later for o in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+def test_run_loop_uses_uvloop_where_installed() -> None:
+    async def loop_module() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    module = run_loop(loop_module())
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        assert module.startswith("asyncio")
+    else:
+        assert module.startswith("uvloop")
