@@ -9,13 +9,12 @@ generic 400.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-import openai
 
 from agent.errors import (
     AuthLLMError,
@@ -131,6 +130,8 @@ def classify(exc: Exception) -> LLMError:
     """Map an SDK exception to our error tree."""
     if isinstance(exc, LLMError):
         return exc
+    import openai  # loaded already by the client that raised (see OpenAILLM.client)
+
     if isinstance(exc, openai.APITimeoutError):
         return TransientLLMError("model request timed out")
     if isinstance(exc, openai.APIConnectionError):
@@ -186,14 +187,22 @@ class OpenAILLM:
     ) -> None:
         self.model = model
         self.retry_base_delay = retry_base_delay
+        if importlib.util.find_spec("openai") is None:  # fail at start, not at the first message
+            raise ModuleNotFoundError("the openai package is missing: python -m pip install -r requirements.txt")
         # Local servers (Ollama, vLLM, ...) need no key, but the SDK insists on one.
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key or "not-needed",
-            base_url=base_url.rstrip("/"),
-            max_retries=0,
-            timeout=timeout,
-            http_client=http_client,
-        )
+        self._options: dict[str, Any] = {"api_key": api_key or "not-needed", "base_url": base_url.rstrip("/"),
+                                         "max_retries": 0, "timeout": timeout, "http_client": http_client}
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The SDK client, made at first use: importing the SDK takes ~0.6 s, which start-up skips (app.py
+        imports it in the background right after "ready")."""
+        if self._client is None:
+            import openai
+
+            self._client = openai.AsyncOpenAI(**self._options)
+        return self._client
 
     async def complete(
         self,
@@ -216,14 +225,15 @@ class OpenAILLM:
         # typed params (our messages are plain JSON already) nor its pydantic response models: the body
         # is posted as is and the answer comes back as the decoded JSON (``cast_to=object``).
         try:
-            data = await self._client.post("/chat/completions", body=body, cast_to=object, options=_OPTIONS)
+            data = await self.client.post("/chat/completions", body=body, cast_to=object, options=_OPTIONS)
         except Exception as exc:  # noqa: BLE001 - classified into our tree
             raise classify(exc) from exc
         return parse_completion(data)
 
     async def close(self) -> None:
         """Close the HTTP client."""
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 #: What ``chat.completions.create`` passes for every request: the API key as a bearer token.

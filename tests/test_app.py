@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,13 @@ def test_run_loop_uses_uvloop_where_installed() -> None:
         assert module.startswith("asyncio")
     else:
         assert module.startswith("uvloop")
+
+
+def test_importing_the_app_leaves_heavy_packages_for_later() -> None:
+    # The model SDK (~0.6 s), python-telegram-bot and bs4 are imported when used, after "ready".
+    script = ("import sys, app\n"
+              "loaded = [m for m in ('openai', 'telegram', 'bs4', 'alembic', 'apscheduler') if m in sys.modules]\n"
+              "assert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

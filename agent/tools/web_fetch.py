@@ -20,11 +20,14 @@ import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
-from bs4 import BeautifulSoup, NavigableString, UnicodeDammit
 
 from agent.tools.base import ToolContext, tool
+
+if TYPE_CHECKING:
+    from bs4 import BeautifulSoup
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +224,8 @@ def _decode(body: bytes, charset: str | None) -> str:
 
 def html_to_text(html: bytes | str, charset: str | None = None) -> tuple[str, str]:
     """Return ``(title, readable text)`` of an HTML page: no scripts, styles or navigation; tidy whitespace."""
+    from bs4 import BeautifulSoup, UnicodeDammit  # about 0.1 s to import; only a fetch of a page needs it
+
     if isinstance(html, bytes):
         if charset:
             html = _decode(html, charset)
@@ -232,6 +237,8 @@ def html_to_text(html: bytes | str, charset: str | None = None) -> tuple[str, st
 
 
 def _soup_text(soup: BeautifulSoup) -> tuple[str, str]:
+    from bs4 import NavigableString
+
     title = " ".join(soup.title.get_text(" ").split()) if soup.title else ""
     for tag in soup(_DROP_TAGS):
         tag.decompose()
