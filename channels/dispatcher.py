@@ -107,8 +107,6 @@ class Dispatcher:
         self._late: set[asyncio.Future] = set()
         #: per session: items queued or running whose turn may still append messages
         self._turns: dict[str, int] = {}
-        self._done_ids: list[int] = []
-        self._done_flush: asyncio.Task | None = None
         self._stopping = False
 
     # --- wiring --------------------------------------------------------------------------
@@ -291,20 +289,16 @@ class Dispatcher:
             finally:
                 self._turn_finished(item)
 
-    def _mark_done(self, inbox_id: int) -> None:
-        """Mark a message answered. Marks made in the same loop tick share one transaction."""
-        self._done_ids.append(inbox_id)
-        if self._done_flush is None or self._done_flush.done():
-            self._done_flush = asyncio.create_task(self._flush_done())
+    async def _mark_done(self, inbox_id: int) -> None:
+        """Mark a message answered, before the session's next turn can start.
 
-    async def _flush_done(self) -> None:
-        await asyncio.sleep(0)
-        while self._done_ids:
-            ids, self._done_ids = self._done_ids, []
-            try:
-                await self.store.mark_done(ids)
-            except Exception:  # noqa: BLE001 - they will be answered again after a restart, not lost
-                logger.exception("could not mark %d message(s) answered", len(ids))
+        Not deferred to a later loop tick: a next turn can reach the model without yielding to the loop
+        once (SQLite runs inline), and a crash then would answer this message a second time.
+        """
+        try:
+            await self.store.mark_done(inbox_id)
+        except Exception:  # noqa: BLE001 - it will be answered again after a restart, not lost
+            logger.exception("could not mark message %d answered", inbox_id)
 
     def _turn_finished(self, item: WorkItem) -> None:
         """The item will append nothing more to its session (idempotent)."""
@@ -343,7 +337,7 @@ class Dispatcher:
         finally:
             typing.cancel()
         if item.inbox_id is not None:
-            self._mark_done(item.inbox_id)
+            await self._mark_done(item.inbox_id)
         logger.info("session %s: %s in %.0f ms, %d tool call(s)%s", item.info.session_id, outcome,
                     (time.perf_counter() - started) * 1000, tool_calls, " (resumed)" if item.resumed else "")
 
@@ -372,10 +366,16 @@ class Dispatcher:
         return result.text, result.tool_calls
 
     async def _stored_answer(self, item: WorkItem) -> str | None:
-        """For a resumed turn: the final answer, if it was stored before the crash."""
+        """For a resumed turn: the final answer, if it was stored before the crash.
+
+        The turn is what follows its user message up to the next user message: later turns of the session
+        may be stored too (a crash after this answer was sent but before it was marked answered).
+        """
         tail = await self.store.load_messages(item.info.session_id, item.user_seq)
-        last = tail[-1].message if tail else None
-        if last and last.get("role") == "assistant" and not last.get("tool_calls") and len(tail) > 1:
+        turn = tail[1:]
+        end = next((i for i, m in enumerate(turn) if m.message.get("role") == "user"), len(turn))
+        last = turn[end - 1].message if end else None
+        if last and last.get("role") == "assistant" and not last.get("tool_calls"):
             return (last.get("content") or "").strip()
         return None
 
@@ -438,12 +438,10 @@ class Dispatcher:
         self._stopping = True
         workers = set(self._workers)
         if not workers:
-            await self._flushed()
             return True
         _done, pending = await asyncio.wait(workers, timeout=grace)
         if self._late:
             await asyncio.gather(*self._late, return_exceptions=True)
-        await self._flushed()
         for task in pending:
             task.cancel()
         if pending:
@@ -461,12 +459,6 @@ class Dispatcher:
         """Wait until no session has queued or running work."""
         while self._workers:
             await asyncio.gather(*set(self._workers), return_exceptions=True)
-        await self._flushed()
-
-    async def _flushed(self) -> None:
-        """Wait for the pending "answered" marks to be written."""
-        while self._done_flush is not None and not self._done_flush.done():
-            await asyncio.shield(self._done_flush)
 
 
 def _with_message_id(msg: IncomingMessage, message_id: str) -> IncomingMessage:

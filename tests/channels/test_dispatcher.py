@@ -13,7 +13,7 @@ from agent.tools.base import ToolRegistry
 from channels.commands import Command, CommandRegistry
 from channels.dispatcher import ADMIN_ONLY_REPLY, TEXT_ONLY_REPLY, TRANSIENT_REPLY, Dispatcher
 from config import Config, ConfigHolder
-from memory.store import ConversationStore
+from memory.store import ConversationStore, SessionInfo
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 
@@ -197,6 +197,48 @@ async def test_crash_resume_answers_exactly_once(tmp_path):
         assert [m.message["role"] for m in stored] == ["user", "assistant"]
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 0
+
+
+async def test_an_answer_is_marked_before_the_next_turn_reaches_the_model(tmp_path):
+    llm = FakeLLM()
+    original = llm.complete
+    pending_at_call: list[list[str]] = []
+    both_queued = asyncio.Event()
+
+    async def watch(*args, **kw):
+        await both_queued.wait()
+        pending_at_call.append([p.payload["text"] for p in await bot.store.pending_incoming()])
+        return await original(*args, **kw)
+
+    llm.complete = watch
+    async with Bot(tmp_path, llm) as bot:
+        await bot.say("one")
+        await bot.say("two")
+        await asyncio.sleep(0.05)  # both journalled; "two" waits for "one"
+        both_queued.set()
+        assert await bot.channel.wait_for(2) == ["echo: one", "echo: two"]
+    # a crash while the model works on "two" must not answer "one" again after the restart
+    assert pending_at_call == [["one", "two"], ["two"]]
+
+
+async def test_resume_finds_the_answer_of_its_own_turn_when_later_turns_exist(tmp_path):
+    async with Bot(tmp_path) as bot:
+        msg1, msg2 = bot.channel.message("first"), bot.channel.message("second")
+        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
+        await bot.store.ensure_session(info)
+        first, _ = await bot.store.record_incoming("telegram", msg1.message_id, info.session_id, msg1.to_json(),
+                                                   {"role": "user", "content": "first"})
+        await bot.store.append(info.session_id, [{"role": "assistant", "content": "answer one"}])
+        second, _ = await bot.store.record_incoming("telegram", msg2.message_id, info.session_id, msg2.to_json(),
+                                                    {"role": "user", "content": "second"})
+        await bot.store.append(info.session_id, [{"role": "assistant", "content": "answer two"}])
+        await bot.store.mark_done(second)  # "first" was sent, then the process died before marking it
+        assert [p.id for p in await bot.store.pending_incoming()] == [first]
+    async with Bot(tmp_path) as bot:
+        assert await bot.dispatcher.resume_pending() == 1
+        await bot.dispatcher.wait_idle()
+        assert bot.channel.texts() == ["answer one"]  # its own stored answer, not the session's last one
+        assert bot.llm.calls == 0
 
 
 @pytest.mark.parametrize("admin", ["telegram:100", None])
