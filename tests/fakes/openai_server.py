@@ -22,13 +22,14 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.http_server import KeepAliveHTTPServer
 
 logger = logging.getLogger(__name__)
 
@@ -75,40 +76,6 @@ def error_payload(status: int, message: str, code: str | None = None, type: str 
     """An OpenAI-style ``{"error": {...}}`` body."""
     etype = type or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
-
-
-class KeepAliveHTTPServer(ThreadingHTTPServer):
-    """A threading HTTP server that can end its open (idle keep-alive) connections when it stops."""
-
-    daemon_threads = False
-    block_on_close = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(*args, **kwargs)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Track the connection, then serve it in its own thread."""
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        """Forget the connection and close it."""
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def end_connections(self) -> None:
-        """Make every open connection read end-of-file, so idle handlers return (answers in progress finish)."""
-        with self._open_lock:
-            conns = list(self._open)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
 
 
 class FakeOpenAIServer:

@@ -23,10 +23,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.fakes.http_server import KeepAliveHTTPServer
 from tests.fakes.telegram_html import HTMLParseError, parse_telegram_html
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class FakeTelegramAPI:
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []
         self._delivery_threads: list[threading.Thread] = []
-        self._server: ThreadingHTTPServer | None = None
+        self._server: KeepAliveHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -102,9 +103,7 @@ class FakeTelegramAPI:
         """Bind a free port and serve in a background thread."""
         if self._server is None:
             self._stopping = False
-            self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-            self._server.daemon_threads = False
-            self._server.block_on_close = True
+            self._server = KeepAliveHTTPServer(("127.0.0.1", 0), _make_handler(self))
             self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                             name="fake-telegram", daemon=True)
             self._thread.start()
@@ -119,6 +118,7 @@ class FakeTelegramAPI:
             self._stopping = True
             self._cond.notify_all()
         server.shutdown()
+        server.end_connections()
         server.server_close()
         for thread in [self._thread, *self._delivery_threads]:
             if thread is not None:
@@ -403,7 +403,7 @@ class FakeTelegramAPI:
 
 def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
+        protocol_version = "HTTP/1.1"  # keep-alive, as api.telegram.org
         timeout = 60
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
