@@ -201,7 +201,12 @@ class OpenAILLM:
         if self._client is None:
             import openai
 
-            self._client = openai.AsyncOpenAI(**self._options)
+            options = dict(self._options)
+            if options["http_client"] is None:
+                # The SDK's own aiohttp transport: httpx's connection pool cost ~2 ms of CPU per request
+                # under load (bench/concurrency.py), aiohttp's a fraction of that.
+                options["http_client"] = openai.DefaultAioHttpClient(timeout=options["timeout"])
+            self._client = openai.AsyncOpenAI(**options)
         return self._client
 
     async def complete(

@@ -24,11 +24,11 @@ from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, BaseUpdateProcessor, ContextTypes, MessageHandler, filters
-from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import BaseChannel, IncomingMessage
 from channels.markdown import balance_fence, markdown_to_html
+from channels.telegram_request import AiohttpRequest
 
 logger = logging.getLogger(__name__)
 
@@ -161,24 +161,6 @@ class ChatOrderedUpdateProcessor(BaseUpdateProcessor):
         """Nothing to tear down."""
 
 
-class GatedHTTPXRequest(HTTPXRequest):
-    """:class:`HTTPXRequest` whose callers wait for a connection in an :class:`asyncio.Semaphore`.
-
-    httpcore's pool rescans every queued request against every connection on each request event, so
-    requests queued inside it cost time quadratic in the queue (64 replies at once tripled the CPU of a
-    send). Waiting here instead is O(1) and the pool never queues.
-    """
-
-    def __init__(self, *, connection_pool_size: int, **kwargs: Any) -> None:
-        super().__init__(connection_pool_size=connection_pool_size, **kwargs)
-        self._slots = asyncio.Semaphore(connection_pool_size)
-
-    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        """Send one request once a connection slot is free."""
-        async with self._slots:
-            return await super().do_request(*args, **kwargs)
-
-
 def file_url_for(base_url: str) -> str:
     """The ``base_file_url`` matching a ``base_url`` (``.../bot`` -> ``.../file/bot``)."""
     if base_url.endswith("/bot"):
@@ -247,11 +229,11 @@ class TelegramChannel(BaseChannel):
         logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
 
     def _build(self) -> Application:
-        request = GatedHTTPXRequest(connection_pool_size=16, connect_timeout=10, read_timeout=20, write_timeout=20,
-                               pool_timeout=10)
+        request = AiohttpRequest(connection_pool_size=16, connect_timeout=10, read_timeout=20, write_timeout=20,
+                                 pool_timeout=10)
         # Long polls add their own timeout to read_timeout.
-        updates_request = HTTPXRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
-                                       write_timeout=10, pool_timeout=10)
+        updates_request = AiohttpRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
+                                         write_timeout=10, pool_timeout=10)
         builder = (
             Application.builder()
             .token(self.config.telegram_bot_token)

@@ -322,30 +322,3 @@ async def test_webhook_mode(api):
         assert api.webhook_deliveries[1] == 403 and len(inbox.messages) == 1
     finally:
         await ch.stop()
-
-
-async def test_gated_request_never_queues_more_than_the_pool():
-    from telegram.request import HTTPXRequest
-
-    from channels.telegram import GatedHTTPXRequest
-
-    state = {"now": 0, "peak": 0}
-
-    class Counting(HTTPXRequest):
-        async def do_request(self, *args, **kwargs):
-            state["now"] += 1
-            state["peak"] = max(state["peak"], state["now"])
-            await asyncio.sleep(0.01)
-            state["now"] -= 1
-            return 200, b'{"ok": true, "result": true}'
-
-    class Probe(GatedHTTPXRequest, Counting):
-        pass
-
-    request = Probe(connection_pool_size=3)
-    try:
-        results = await asyncio.gather(*(request.do_request("http://127.0.0.1:1/x", "POST") for _ in range(10)))
-    finally:
-        await request.shutdown()
-    assert [status for status, _ in results] == [200] * 10
-    assert state["peak"] == 3

@@ -1,0 +1,115 @@
+"""python-telegram-bot's networking on aiohttp instead of httpx.
+
+PTB makes its HTTP backend pluggable (``telegram.request.BaseRequest``); this one is a small adapter over
+an ``aiohttp.ClientSession``. Measured under load (bench/concurrency.py), a Bot API call through PTB's
+httpx backend cost ~2.7 ms of CPU, most of it in httpcore: on every request its pool rescans queued
+requests against connections and asks each kept-alive connection (through anyio) whether it has expired.
+aiohttp's connector hands out a free connection in O(1).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+
+import aiohttp
+from telegram.error import NetworkError, TimedOut
+from telegram.request import BaseRequest, RequestData
+
+logger = logging.getLogger(__name__)
+
+#: The type of PTB's "not passed, use the default" marker.
+DefaultValue = type(BaseRequest.DEFAULT_NONE)
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """Verify against certifi's bundle when it is installed (as PTB's httpx backend does), else the system's."""
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+class AiohttpRequest(BaseRequest):
+    """A :class:`telegram.request.BaseRequest` on aiohttp with a bounded connection pool.
+
+    Timeouts have PTB's meaning: ``connect_timeout`` to open a connection, ``read_timeout`` between
+    reads of the answer, ``pool_timeout`` to wait for a free connection. aiohttp has no write timeout:
+    ``write_timeout`` bounds the whole request instead, together with the others.
+    """
+
+    def __init__(self, *, connection_pool_size: int = 16, connect_timeout: float | None = 10.0,
+                 read_timeout: float | None = 20.0, write_timeout: float | None = 20.0,
+                 pool_timeout: float | None = 10.0, media_write_timeout: float | None = 20.0) -> None:
+        self.connection_pool_size = connection_pool_size
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._write_timeout = write_timeout
+        self._pool_timeout = pool_timeout
+        self._media_write_timeout = media_write_timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def read_timeout(self) -> float | None:
+        """The default read timeout, in seconds."""
+        return self._read_timeout
+
+    async def initialize(self) -> None:
+        """Open the session (on the running loop)."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.connection_pool_size, ssl=_ssl_context())
+            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT})
+
+    async def shutdown(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: Any = BaseRequest.DEFAULT_NONE,
+        write_timeout: Any = BaseRequest.DEFAULT_NONE,
+        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
+        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        """Send one request; return ``(status, body)``. Network failures raise PTB's errors."""
+        session = self._session
+        if session is None or session.closed:
+            raise RuntimeError("This AiohttpRequest is not initialized!")
+        files = request_data.multipart_data if request_data else None
+        fields = request_data.json_parameters if request_data else None
+        read = self._read_timeout if isinstance(read_timeout, DefaultValue) else read_timeout
+        connect = self._connect_timeout if isinstance(connect_timeout, DefaultValue) else connect_timeout
+        pool = self._pool_timeout if isinstance(pool_timeout, DefaultValue) else pool_timeout
+        if isinstance(write_timeout, DefaultValue):
+            write_timeout = self._write_timeout if not files else self._media_write_timeout
+        parts = [t for t in (pool, connect, write_timeout, read) if t is not None]
+        timeout = aiohttp.ClientTimeout(total=sum(parts) if len(parts) == 4 else None,
+                                        connect=None if pool is None or connect is None else pool + connect,
+                                        sock_connect=connect, sock_read=read)
+        try:
+            async with session.request(method, url, data=_body(fields, files), timeout=timeout) as response:
+                return response.status, await response.read()
+        except TimeoutError as exc:
+            raise TimedOut from exc
+        except aiohttp.ClientError as exc:
+            raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
+
+
+def _body(fields: dict[str, str] | None, files: dict[str, Any] | None) -> Any:
+    """A form: url-encoded, or multipart when files are uploaded (as PTB's httpx backend sends them)."""
+    if not files:
+        return fields or None
+    form = aiohttp.FormData()
+    for name, value in (fields or {}).items():
+        form.add_field(name, value)
+    for name, part in files.items():
+        filename, content, mime = part if len(part) == 3 else (*part, None)
+        form.add_field(name, content, filename=filename, content_type=mime)
+    return form
