@@ -34,8 +34,8 @@ from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
 
 MESSAGES_PER_CHAT = 3
 #: The fakes' ThreadingHTTPServer keeps the stdlib listen backlog of 5: a burst of 64 new connections
-#: (the fakes speak HTTP/1.0, one connection per request) overflows it, and the kernel drops SYNs
-#: (1 s retransmits) or resets connections. We widen it in this process unless --stock-backlog is given.
+#: (the bot's first requests, and the probe's one connection per request) overflows it, and the kernel
+#: drops SYNs (1 s retransmits) or resets connections. We widen it in this process unless --stock-backlog.
 WIDE_BACKLOG = 1024
 TURN_LOG = re.compile(r"session telegram:(\d+): ok in (\d+) ms")
 
@@ -120,7 +120,8 @@ def run_round(api: FakeTelegramAPI, bot: BotProcess, chats: int, first_chat: int
 
 # --- the fakes alone ------------------------------------------------------------------------------
 async def _http(host: str, port: int, path: str, body: bytes, ctype: str) -> bytes:
-    """One HTTP/1.0 POST over a fresh connection (what the fakes speak), the body of the answer."""
+    """One HTTP/1.0 POST over a fresh connection, the body of the answer (the fakes keep connections alive
+    for the bot; a connection per request is the probe's worst case for them)."""
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(f"POST {path} HTTP/1.0\r\nHost: {host}\r\nContent-Type: {ctype}\r\n"
                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
