@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import ssl
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from telegram.error import NetworkError, TimedOut
@@ -19,6 +20,7 @@ from telegram.request import BaseRequest, RequestData
 
 logger = logging.getLogger(__name__)
 
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 #: The type of PTB's "not passed, use the default" marker.
 DefaultValue = type(BaseRequest.DEFAULT_NONE)
 
@@ -94,7 +96,8 @@ class AiohttpRequest(BaseRequest):
                                         connect=None if pool is None or connect is None else pool + connect,
                                         sock_connect=connect, sock_read=read)
         try:
-            async with session.request(method, url, data=_body(fields, files), timeout=timeout) as response:
+            body, headers = _body(fields, files)
+            async with session.request(method, url, data=body, headers=headers, timeout=timeout) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
             raise TimedOut from exc
@@ -102,14 +105,17 @@ class AiohttpRequest(BaseRequest):
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
 
 
-def _body(fields: dict[str, str] | None, files: dict[str, Any] | None) -> Any:
-    """A form: url-encoded, or multipart when files are uploaded (as PTB's httpx backend sends them)."""
+def _body(fields: dict[str, str] | None, files: dict[str, Any] | None) -> tuple[Any, dict[str, str] | None]:
+    """A form and its headers: url-encoded (encoded here: aiohttp's FormData costs more than the send), or
+    multipart when files are uploaded (as PTB's httpx backend sends them)."""
     if not files:
-        return fields or None
+        if not fields:
+            return None, None
+        return urlencode(fields).encode(), _FORM
     form = aiohttp.FormData()
     for name, value in (fields or {}).items():
         form.add_field(name, value)
     for name, part in files.items():
         filename, content, mime = part if len(part) == 3 else (*part, None)
         form.add_field(name, content, filename=filename, content_type=mime)
-    return form
+    return form, None
