@@ -284,8 +284,7 @@ class Dispatcher:
                 if recorded is None:
                     logger.info("duplicate %s message %s ignored", item.message.channel, item.message.message_id)
                     continue
-                async with self._semaphore:
-                    await self._process(item)
+                await self._process(item)
             finally:
                 self._turn_finished(item)
 
@@ -313,17 +312,22 @@ class Dispatcher:
             self._turns.pop(sid, None)
 
     async def _process(self, item: WorkItem) -> None:
-        started = time.perf_counter()
         outcome, tool_calls = "ok", 0
-        typing = asyncio.create_task(self._keep_typing(item.message))
+        started = time.perf_counter()
+        typing: asyncio.Task | None = None
         try:
-            if item.command is not None:
-                outcome = f"command /{item.command.command}"
-                reply = await self._run_command(item)
-            elif item.message.content_type != "text":
-                outcome, reply = "non-text", TEXT_ONLY_REPLY
-            else:
-                reply, tool_calls = await self._run_agent(item)
+            # The slot bounds the turns' work (model calls, tools), not the delivery of their replies: a
+            # send waits on the channel's own connection pool and rate limits.
+            async with self._semaphore:
+                started = time.perf_counter()  # the log gives the turn's time, not its wait for a slot
+                typing = asyncio.create_task(self._keep_typing(item.message))
+                if item.command is not None:
+                    outcome = f"command /{item.command.command}"
+                    reply = await self._run_command(item)
+                elif item.message.content_type != "text":
+                    outcome, reply = "non-text", TEXT_ONLY_REPLY
+                else:
+                    reply, tool_calls = await self._run_agent(item)
             self._turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
@@ -335,7 +339,8 @@ class Dispatcher:
             outcome = f"error {type(exc).__name__}"
             await self.handle_error(item, exc)
         finally:
-            typing.cancel()
+            if typing is not None:
+                typing.cancel()
         if item.inbox_id is not None:
             await self._mark_done(item.inbox_id)
         logger.info("session %s: %s in %.0f ms, %d tool call(s)%s", item.info.session_id, outcome,

@@ -229,7 +229,7 @@ class TelegramChannel(BaseChannel):
         logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
 
     def _build(self) -> Application:
-        request = AiohttpRequest(connection_pool_size=16, connect_timeout=10, read_timeout=20, write_timeout=20,
+        request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=20, write_timeout=20,
                                  pool_timeout=10)
         # Long polls add their own timeout to read_timeout.
         updates_request = AiohttpRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,

@@ -95,23 +95,30 @@ class SummaryJob:
     attempts: int
 
 
-_S = SessionRow.__table__.c
-_M = MessageRow.__table__.c
-_I = InboxRow.__table__.c
-_J = SummaryJobRow.__table__.c
+# Statements on the tables, not the ORM classes: an ORM-enabled insert or update goes through the
+# ORM's bulk-persistence plugin even on a Core connection, which cost more than the write itself.
+_SESSIONS = SessionRow.__table__
+_MESSAGES = MessageRow.__table__
+_INBOX = InboxRow.__table__
+_S = _SESSIONS.c
+_M = _MESSAGES.c
+_I = _INBOX.c
+_JOBS = SummaryJobRow.__table__
+_GRANTS = AdminGrantRow.__table__
+_J = _JOBS.c
 
 _SESSION_COLUMNS = (_S.session_id, _S.context_start_seq, _S.summary, _S.summary_turns, _S.summarized_through_seq,
                     _S.last_seq, _S.last_active)
 _GET_SESSION = select(*_SESSION_COLUMNS).where(_S.session_id == bindparam("sid"))
-_SET_TITLE = (update(SessionRow).where(_S.session_id == bindparam("sid"), _S.title != bindparam("new_title"))
+_SET_TITLE = (update(_SESSIONS).where(_S.session_id == bindparam("sid"), _S.title != bindparam("new_title"))
               .values(title=bindparam("new_title")))
-_SET_CONTEXT_START = (update(SessionRow).where(_S.session_id == bindparam("sid"))
+_SET_CONTEXT_START = (update(_SESSIONS).where(_S.session_id == bindparam("sid"))
                       .values(context_start_seq=bindparam("seq")))
 #: Seqs are allocated by bumping ``last_seq``: no MAX() scan, and the row lock orders concurrent appends.
-_BUMP_SEQ = (update(SessionRow).where(_S.session_id == bindparam("sid"))
+_BUMP_SEQ = (update(_SESSIONS).where(_S.session_id == bindparam("sid"))
              .values(last_seq=_S.last_seq + bindparam("n"), last_active=bindparam("now", type_=UTCDateTime()))
              .returning(_S.last_seq))
-_INSERT_MESSAGES = insert(MessageRow)
+_INSERT_MESSAGES = insert(_MESSAGES)
 _LOAD_FROM = (select(_M.seq, _M.content).where(_M.session_id == bindparam("sid"), _M.seq >= bindparam("lo"))
               .order_by(_M.seq))
 _LOAD_RANGE = (select(_M.seq, _M.content)
@@ -119,9 +126,9 @@ _LOAD_RANGE = (select(_M.seq, _M.content)
                .order_by(_M.seq))
 _LOAD_TAIL = (select(_M.seq, _M.content).where(_M.session_id == bindparam("sid"), _M.seq >= bindparam("lo"))
               .order_by(_M.seq.desc()).limit(bindparam("n")))
-_INSERT_INBOX = insert(InboxRow).returning(_I.id)
-_LINK_INBOX = update(InboxRow).where(_I.id == bindparam("iid")).values(user_seq=bindparam("seq"))
-_MARK_DONE = update(InboxRow).where(_I.id.in_(bindparam("ids", expanding=True))).values(status="done")
+_INSERT_INBOX = insert(_INBOX).returning(_I.id)
+_LINK_INBOX = update(_INBOX).where(_I.id == bindparam("iid")).values(user_seq=bindparam("seq"))
+_MARK_DONE = update(_INBOX).where(_I.id.in_(bindparam("ids", expanding=True))).values(status="done")
 
 
 def _record(row: Any) -> SessionRecord:
@@ -142,7 +149,7 @@ def _ensure_session(conn: Connection, info: SessionInfo) -> SessionRecord:
             conn.execute(_SET_TITLE, {"sid": info.session_id, "new_title": info.title})
         return _record(row)
     now = utcnow()
-    conn.execute(insert(SessionRow).values(
+    conn.execute(insert(_SESSIONS).values(
         session_id=info.session_id, channel=info.channel, chat_id=info.chat_id, user_id=info.user_id,
         is_group=info.is_group, title=info.title, created_at=now, last_active=now, context_start_seq=1,
         summary=None, summary_turns=0, summarized_through_seq=0, last_seq=0))
@@ -200,11 +207,11 @@ def _delete_expired(conn: Connection, pick: Any, cutoff: datetime, max_messages:
     expired = select(_S.session_id).where(_S.session_id.in_(ids), _S.last_active < cutoff)
     # At most max_messages rows per transaction: the next batch picks the same sessions again.
     doomed = select(_M.id).where(_M.session_id.in_(expired)).limit(max_messages)
-    messages = conn.execute(delete(MessageRow).where(_M.id.in_(doomed.scalar_subquery()))).rowcount or 0
+    messages = conn.execute(delete(_MESSAGES).where(_M.id.in_(doomed.scalar_subquery()))).rowcount or 0
     if messages >= max_messages:
         return 0, messages
-    conn.execute(delete(SummaryJobRow).where(_J.session_id.in_(expired)))
-    sessions = conn.execute(delete(SessionRow).where(_S.session_id.in_(ids), _S.last_active < cutoff)).rowcount
+    conn.execute(delete(_JOBS).where(_J.session_id.in_(expired)))
+    sessions = conn.execute(delete(_SESSIONS).where(_S.session_id.in_(ids), _S.last_active < cutoff)).rowcount
     return sessions or 0, messages
 
 
@@ -212,7 +219,7 @@ def _prune_inbox(conn: Connection, pick: Any) -> int:
     ids = list(conn.execute(pick).scalars().all())
     if not ids:
         return 0
-    return conn.execute(delete(InboxRow).where(_I.id.in_(ids))).rowcount or 0
+    return conn.execute(delete(_INBOX).where(_I.id.in_(ids))).rowcount or 0
 
 
 class ConversationStore:
@@ -288,11 +295,11 @@ class ConversationStore:
         values: dict[str, Any] = {"summary": summary, "summary_turns": turns if summary else 0}
         if through_seq is not None:
             values["summarized_through_seq"] = self._at_least(through_seq)
-        await self.run(_execute, update(SessionRow).where(_S.session_id == session_id).values(**values))
+        await self.run(_execute, update(_SESSIONS).where(_S.session_id == session_id).values(**values))
 
     async def set_summarized_through(self, session_id: str, seq: int) -> None:
         """Record that messages up to ``seq`` were summarised (never moves back), leaving the summary as is."""
-        await self.run(_execute, update(SessionRow).where(_S.session_id == session_id)
+        await self.run(_execute, update(_SESSIONS).where(_S.session_id == session_id)
                        .values(summarized_through_seq=self._at_least(seq)))
 
     # --- messages ------------------------------------------------------------------------
@@ -348,17 +355,17 @@ class ConversationStore:
     # --- summary jobs --------------------------------------------------------------------
     async def add_summary_job(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> int:
         """Journal a summary job; return its id."""
-        return await self.run(_insert_id, insert(SummaryJobRow).values(
+        return await self.run(_insert_id, insert(_JOBS).values(
             session_id=session_id, reason=reason, from_seq=from_seq, through_seq=through_seq, status="pending",
             attempts=0, created_at=utcnow()).returning(_J.id))
 
     async def finish_summary_job(self, job_id: int) -> None:
         """Mark a summary job done."""
-        await self.run(_execute, update(SummaryJobRow).where(_J.id == job_id).values(status="done"))
+        await self.run(_execute, update(_JOBS).where(_J.id == job_id).values(status="done"))
 
     async def count_summary_attempt(self, job_id: int) -> None:
         """Record one more attempt at a job."""
-        await self.run(_execute, update(SummaryJobRow).where(_J.id == job_id).values(attempts=_J.attempts + 1))
+        await self.run(_execute, update(_JOBS).where(_J.id == job_id).values(attempts=_J.attempts + 1))
 
     async def pending_summary_jobs(self) -> list[SummaryJob]:
         """Jobs not finished, oldest first."""
@@ -371,13 +378,13 @@ class ConversationStore:
         """Make ``<channel>:<user id>`` an admin."""
         if user_key not in await self.admin_grants():
             try:
-                await self.run(_execute, insert(AdminGrantRow).values(user_key=user_key, granted_at=utcnow()))
+                await self.run(_execute, insert(_GRANTS).values(user_key=user_key, granted_at=utcnow()))
             except IntegrityError:  # granted concurrently
                 pass
 
     async def admin_grants(self) -> set[str]:
         """Every user made admin through /auth."""
-        return set(await self.run(_scalars, select(AdminGrantRow.user_key)))
+        return set(await self.run(_scalars, select(_GRANTS.c.user_key)))
 
     # --- retention -----------------------------------------------------------------------
     async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200, max_messages: int = 2000,
