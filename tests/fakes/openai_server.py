@@ -314,6 +314,9 @@ def stream_chunks(response: dict[str, Any], piece: int = 8) -> list[dict[str, An
 def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body are separate writes: with Nagle on, the body waits for the ACK of the headers,
+        # which the client delays by up to 40 ms. Real servers set TCP_NODELAY too.
+        disable_nagle_algorithm = True
         timeout = 30
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
