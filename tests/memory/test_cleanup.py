@@ -43,6 +43,18 @@ def snapshot(root: Path) -> dict[Path, tuple[bytes, int]]:
     return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
+def seed_sessions(conn: Connection, sessions: int, expired: int, per_session: int) -> None:
+    """``telegram:0`` .. ``telegram:<sessions - 1>`` with ``per_session`` messages each; the first ``expired``
+    idle for 45 days, the others active at ``NOW``."""
+    old = NOW - timedelta(days=45)
+    conn.execute(insert(SessionRow), [
+        {"session_id": f"telegram:{i}", "channel": "telegram", "chat_id": str(i), "created_at": old,
+         "last_active": old if i < expired else NOW, "last_seq": per_session} for i in range(sessions)])
+    conn.execute(insert(MessageRow), [
+        {"session_id": f"telegram:{i}", "seq": seq, "role": "user", "content": {"text": "x"}, "created_at": old}
+        for i in range(sessions) for seq in range(1, per_session + 1)])
+
+
 def counts(stats: CleanupStats) -> tuple[int, int, int, int]:
     """The counters of a run, without its duration."""
     return stats.sessions, stats.messages, stats.inbox, stats.batches
@@ -131,17 +143,7 @@ class TestRetention:
         assert snapshot(Path(cfg.data_dir)) == before
 
     async def test_batches_delete_everything_expired(self, store: ConversationStore, tmp_path: Path) -> None:
-        old = NOW - timedelta(days=45)
-
-        def seed(conn: Connection) -> None:
-            conn.execute(insert(SessionRow), [
-                {"session_id": f"telegram:{i}", "channel": "telegram", "chat_id": str(i), "created_at": old,
-                 "last_active": old if i < 450 else NOW, "last_seq": 2} for i in range(453)])
-            conn.execute(insert(MessageRow), [
-                {"session_id": f"telegram:{i}", "seq": seq, "role": "user", "content": {"text": "x"},
-                 "created_at": old} for i in range(453) for seq in (1, 2)])
-
-        await store.run(seed)
+        await store.run(seed_sessions, 453, 450, 2)
         job = CleanupJob(store, lambda: make_config(tmp_path), batch_size=200)
         stats = await job.run_once(now=NOW)
         assert counts(stats) == (450, 900, 0, 3)
@@ -151,17 +153,7 @@ class TestRetention:
 
     async def test_message_cap_splits_a_big_session_over_batches(self, store: ConversationStore,
                                                                  tmp_path: Path) -> None:
-        old = NOW - timedelta(days=45)
-
-        def seed(conn: Connection) -> None:
-            conn.execute(insert(SessionRow), [
-                {"session_id": f"telegram:{i}", "channel": "telegram", "chat_id": str(i), "created_at": old,
-                 "last_active": old if i < 2 else NOW, "last_seq": 7} for i in range(3)])
-            conn.execute(insert(MessageRow), [
-                {"session_id": f"telegram:{i}", "seq": seq, "role": "user", "content": {"text": "x"},
-                 "created_at": old} for i in range(3) for seq in range(1, 8)])
-
-        await store.run(seed)
+        await store.run(seed_sessions, 3, 2, 7)
         # one batch deletes at most 5 messages: the 14 expired ones take three batches (5 + 5 + 4); the last
         # also deletes both sessions
         assert await store.delete_expired_sessions(NOW - timedelta(days=30), batch=20, max_messages=5) == (0, 5)
