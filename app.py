@@ -187,7 +187,7 @@ class App:
         freeze_heap()
         self._warm_up("tokenizer", services.agent.counter, cfg.model)
         if cfg.model_configured:
-            # The model SDK takes about 0.6 s to import (a no-op while agent.llm imports it at module level).
+            # The model SDK takes about 0.6 s to import; OpenAILLM imports it at its first request otherwise.
             self._warm_up("model SDK", importlib.import_module, "openai")
         warm_ups = list(self._warm_ups)
 
