@@ -85,6 +85,9 @@ def summary_aware(body):
 
 def test_trimmed_turns_are_summarised_injected_and_saved(tmp_path, openai_server):
     openai_server.responder = summary_aware
+    # A model that takes a moment, as real ones do: with instant answers the piped turns can all finish
+    # before the background summary of the first trim is stored, and no request would carry it.
+    openai_server.latency = 0.05
     path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k",
                         agent_max_context_turns=4, data_dir="data", timezone="UTC")
     lines = "".join(f"message {i}\n" for i in range(1, 9))
