@@ -109,9 +109,8 @@ _J = _JOBS.c
 
 _SESSION_COLUMNS = (_S.session_id, _S.context_start_seq, _S.summary, _S.summary_turns, _S.summarized_through_seq,
                     _S.last_seq, _S.last_active)
-_GET_SESSION = select(*_SESSION_COLUMNS).where(_S.session_id == bindparam("sid"))
-_SET_TITLE = (update(_SESSIONS).where(_S.session_id == bindparam("sid"), _S.title != bindparam("new_title"))
-              .values(title=bindparam("new_title")))
+_GET_SESSION = select(*_SESSION_COLUMNS, _S.title).where(_S.session_id == bindparam("sid"))
+_SET_TITLE = update(_SESSIONS).where(_S.session_id == bindparam("sid")).values(title=bindparam("new_title"))
 _SET_CONTEXT_START = (update(_SESSIONS).where(_S.session_id == bindparam("sid"))
                       .values(context_start_seq=bindparam("seq")))
 #: Seqs are allocated by bumping ``last_seq``: no MAX() scan, and the row lock orders concurrent appends.
@@ -145,7 +144,7 @@ def _get_session(conn: Connection, session_id: str) -> SessionRecord | None:
 def _ensure_session(conn: Connection, info: SessionInfo) -> SessionRecord:
     row = conn.execute(_GET_SESSION, {"sid": info.session_id}).first()
     if row is not None:
-        if info.title:
+        if info.title and info.title != row.title:  # a renamed group or user
             conn.execute(_SET_TITLE, {"sid": info.session_id, "new_title": info.title})
         return _record(row)
     now = utcnow()
