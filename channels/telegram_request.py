@@ -62,7 +62,9 @@ class AiohttpRequest(BaseRequest):
         """Open the session (on the running loop)."""
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.connection_pool_size, ssl=_ssl_context())
-            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT})
+            # trust_env: HTTPS_PROXY / HTTP_PROXY / NO_PROXY apply, as with PTB's httpx backend
+            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT},
+                                                  trust_env=True)
 
     async def shutdown(self) -> None:
         """Close the session and its connections."""

@@ -128,3 +128,19 @@ async def test_a_slow_answer_is_a_timeout_and_a_closed_port_a_network_error(serv
 async def test_used_before_initialize_fails_clearly() -> None:
     with pytest.raises(RuntimeError, match="not initialized"):
         await AiohttpRequest().do_request("http://127.0.0.1:1/getMe", "POST")
+
+
+async def test_proxy_settings_from_the_environment_apply(server, monkeypatch: pytest.MonkeyPatch) -> None:
+    srv, api = server
+    monkeypatch.setenv("HTTP_PROXY", str(srv.make_url("/")).rstrip("/"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    request = AiohttpRequest()
+    await request.initialize()
+    try:
+        # the host does not exist: only the proxy (our server) can answer
+        status, _ = await request.do_request("http://api.telegram.invalid/sendMessage", "POST", data(chat_id=1))
+    finally:
+        await request.shutdown()
+    assert status == 200
+    assert api.forms == [{"chat_id": "1"}]
