@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.http_server import KeepAliveHTTPServer
+from tests.fakes.http_server import FakeService
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +78,13 @@ def error_payload(status: int, message: str, code: str | None = None, type: str 
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(FakeService):
     """An OpenAI-compatible chat-completions endpoint on a random loopback port."""
 
+    thread_name = "fake-openai"
+
     def __init__(self, *, model: str = "fake-model") -> None:
+        super().__init__()
         self.model = model
         #: seconds to wait before answering each chat request
         self.latency: float = 0.0
@@ -98,48 +101,18 @@ class FakeOpenAIServer:
         self._arrived = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
-        self._server: KeepAliveHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # --- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> FakeOpenAIServer:
-        """Bind a free port and serve in a background thread."""
-        if self._server is not None:
-            return self
+    # --- lifecycle (FakeService) ---------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
+
+    def _starting(self) -> None:
         self._stopping.clear()
-        server = KeepAliveHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-openai", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        """Stop serving, wake sleeping handlers, close the socket and join every thread."""
-        server, thread = self._server, self._thread
-        if server is None:
-            return
+    def _wake(self) -> None:
         self._stopping.set()
         with self._lock:
             self._arrived.notify_all()
-        server.shutdown()
-        server.end_connections()
-        server.server_close()
-        if thread is not None:
-            thread.join(5)
-        self._server = self._thread = None
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
 
     @property
     def base_url(self) -> str:

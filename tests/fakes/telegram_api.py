@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from tests.fakes.http_server import KeepAliveHTTPServer
+from tests.fakes.http_server import FakeService
 from tests.fakes.telegram_html import HTMLParseError, parse_telegram_html
 
 logger = logging.getLogger(__name__)
@@ -67,11 +67,14 @@ def decode_params(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     return out
 
 
-class FakeTelegramAPI:
+class FakeTelegramAPI(FakeService):
     """A Bot API server for one bot, on a random loopback port, served from a background thread."""
+
+    thread_name = "fake-telegram"
 
     def __init__(self, *, bot_id: int = 7000001, username: str = "fake_test_bot", first_name: str = "Fake Bot",
                  token: str | None = None) -> None:
+        super().__init__()
         self.bot_id = bot_id
         self.username = username
         self.token = token or f"{bot_id}:AAFakeTokenForTests-0123456789abcdef"
@@ -95,47 +98,21 @@ class FakeTelegramAPI:
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []
         self._delivery_threads: list[threading.Thread] = []
-        self._server: KeepAliveHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # --- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> FakeTelegramAPI:
-        """Bind a free port and serve in a background thread."""
-        if self._server is None:
-            self._stopping = False
-            self._server = KeepAliveHTTPServer(("127.0.0.1", 0), _make_handler(self))
-            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="fake-telegram", daemon=True)
-            self._thread.start()
-        return self
+    # --- lifecycle (FakeService) ---------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
-    def stop(self) -> None:
-        """Wake long polls, stop serving, close the socket and join every thread."""
-        server = self._server
-        if server is None:
-            return
+    def _starting(self) -> None:
+        self._stopping = False
+
+    def _wake(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        server.shutdown()
-        server.end_connections()
-        server.server_close()
-        for thread in [self._thread, *self._delivery_threads]:
-            if thread is not None:
-                thread.join(5)
-        self._server = self._thread = None
 
-    def __enter__(self) -> FakeTelegramAPI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
+    def _threads(self) -> list[threading.Thread]:
+        return self._delivery_threads
 
     @property
     def base_url(self) -> str:
