@@ -159,11 +159,10 @@ class SessionManager:
         self._states.pop(session_id, None)
 
     async def _load(self, info: SessionInfo) -> SessionState:
-        record = await self.store.ensure_session(info)
         keep = restore_turn_count(self.config().agent_max_context_turns)
-        start = record.context_start_seq
         # The last `keep` turns through an index range scan; huge tool chains fall back to the whole range.
-        window = await self.store.load_tail(info.session_id, start, limit=keep * 40)
+        record, window = await self.store.open_session(info, limit=keep * 40)
+        start = record.context_start_seq
         turns = _stored_turns(window)
         if len(turns) < keep and window and window[0].seq > start:
             window = await self.store.load_messages(info.session_id, start)

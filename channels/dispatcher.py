@@ -197,8 +197,8 @@ class Dispatcher:
         return item
 
     async def _record(self, item: WorkItem) -> tuple[int, int | None] | None:
-        if self.sessions.peek(item.info.session_id) is None:
-            await self.store.ensure_session(item.info)
+        # A session not in memory may not exist yet: the journal entry creates it in the same transaction.
+        new = item.info if self.sessions.peek(item.info.session_id) is None else None
         payload = item.message.to_json()
         if item.command is not None and item.command.command in SECRET_COMMANDS:
             payload["text"] = f"/{item.command.command}"  # never store a password
@@ -209,7 +209,7 @@ class Dispatcher:
             else:
                 item.user_message = {"role": "user", "content": text}
         recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
-                                                    item.info.session_id, payload, item.user_message)
+                                                    item.info.session_id, payload, item.user_message, new)
         if recorded is not None:
             item.inbox_id, item.user_seq = recorded
         return recorded

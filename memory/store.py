@@ -167,12 +167,20 @@ def _append(conn: Connection, session_id: str, messages: list[dict[str, Any]]) -
 
 
 def _record_incoming(conn: Connection, channel: str, message_id: str, session_id: str, payload: dict[str, Any],
-                     user_message: dict[str, Any] | None) -> tuple[int, int | None]:
+                     user_message: dict[str, Any] | None, session: SessionInfo | None) -> tuple[int, int | None]:
+    if session is not None:
+        _ensure_session(conn, session)
     seq = _append(conn, session_id, [user_message])[0] if user_message is not None else None
     inbox_id = conn.execute(_INSERT_INBOX, {
         "channel": channel, "message_id": message_id, "session_id": session_id, "user_seq": seq,
         "payload": payload, "status": "pending", "created_at": utcnow()}).scalar_one()
     return inbox_id, seq
+
+
+def _open_session(conn: Connection, info: SessionInfo, limit: int) -> tuple[SessionRecord, list[Any]]:
+    record = _ensure_session(conn, info)
+    rows = list(conn.execute(_LOAD_TAIL, {"sid": info.session_id, "lo": record.context_start_seq, "n": limit}))
+    return record, rows
 
 
 def _append_user(conn: Connection, session_id: str, message: dict[str, Any], inbox_id: int | None) -> int:
@@ -322,18 +330,33 @@ class ConversationStore:
         rows = await self.run(_all, _LOAD_TAIL, {"sid": session_id, "lo": from_seq, "n": limit})
         return [StoredMessage(seq, content) for seq, content in reversed(rows)]
 
+    async def open_session(self, info: SessionInfo, limit: int) -> tuple[SessionRecord, list[StoredMessage]]:
+        """:meth:`ensure_session` and the :meth:`load_tail` from its context start, in one transaction."""
+        try:
+            record, rows = await self.run(_open_session, info, limit)
+        except IntegrityError:  # created concurrently (PostgreSQL)
+            record = await self.ensure_session(info)
+            return record, await self.load_tail(info.session_id, record.context_start_seq, limit)
+        return record, [StoredMessage(seq, content) for seq, content in reversed(rows)]
+
     # --- inbox: dedup and crash resume ---------------------------------------------------
     async def record_incoming(self, channel: str, message_id: str, session_id: str,
                               payload: dict[str, Any], user_message: dict[str, Any] | None,
-                              ) -> tuple[int, int | None] | None:
-        """Store an incoming message and, if given, its user message, in one transaction.
+                              session: SessionInfo | None = None) -> tuple[int, int | None] | None:
+        """Store an incoming message and, if given, its user message, in one transaction; with ``session``,
+        the session is created first when it does not exist yet (as :meth:`ensure_session`).
 
         Returns ``(inbox_id, user_seq)``, or None when ``(channel, message_id)`` was seen before.
         """
         try:
-            return await self.run(_record_incoming, channel, message_id, session_id, payload, user_message)
+            return await self.run(_record_incoming, channel, message_id, session_id, payload, user_message,
+                                  session)
         except IntegrityError:
-            return None
+            if session is None:
+                return None
+        # The session may have been created concurrently (PostgreSQL): once more, with it in place.
+        await self.ensure_session(session)
+        return await self.record_incoming(channel, message_id, session_id, payload, user_message)
 
     async def append_user(self, session_id: str, message: dict[str, Any], inbox_id: int | None) -> int:
         """Store the user message of a turn and link it to its inbox row, in one transaction."""

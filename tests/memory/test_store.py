@@ -167,6 +167,18 @@ class TestConversationStore:
         assert await store.load_tail("telegram:1", 1, 0) == []
         assert await store.load_tail("telegram:1", 6, 3) == []
 
+    async def test_open_session_creates_or_loads_with_its_tail(self, store: ConversationStore) -> None:
+        record, tail = await store.open_session(info(), limit=3)
+        assert (record.session_id, record.last_seq, tail) == ("telegram:1", 0, [])
+        await store.append("telegram:1", [user(f"m{i}") for i in range(1, 6)])
+        await store.set_context_start("telegram:1", 2)
+        record, tail = await store.open_session(info(title="Alice B."), limit=3)
+        assert (record.context_start_seq, record.last_seq) == (2, 5)
+        assert [m.seq for m in tail] == [3, 4, 5]
+        _, tail = await store.open_session(info(), limit=10)
+        assert [m.seq for m in tail] == [2, 3, 4, 5]  # from the context start on
+        assert await scalar(store, select(SessionRow.title)) == "Alice"  # the title follows the caller
+
     async def test_json_round_trip(self, store: ConversationStore) -> None:
         await store.ensure_session(info())
         message = {
@@ -204,6 +216,20 @@ class TestConversationStore:
         other = await store.record_incoming("wechat", "m-1", "telegram:1", {"n": 3}, user("wechat"))
         assert other is not None and other[1] == 3
         assert len(await store.pending_incoming()) == 2
+
+    async def test_record_incoming_creates_a_new_session_in_the_same_transaction(self, store: ConversationStore,
+                                                                                ) -> None:
+        result = await store.record_incoming("telegram", "m-1", "telegram:1", {"n": 1}, user("first"),
+                                             session=info())
+        assert result is not None and result[1] == 1
+        record = await store.get_session("telegram:1")
+        assert record is not None and record.last_seq == 1
+        # an existing session is left as it is, and a duplicate is still a duplicate
+        again = await store.record_incoming("telegram", "m-2", "telegram:1", {"n": 2}, user("second"),
+                                            session=info())
+        assert again is not None and again[1] == 2
+        assert await store.record_incoming("telegram", "m-2", "telegram:1", {}, user("x"), session=info()) is None
+        assert [m.seq for m in await store.load_messages("telegram:1")] == [1, 2]
 
     async def test_record_incoming_without_user_message(self, store: ConversationStore) -> None:
         await store.ensure_session(info())
