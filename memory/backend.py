@@ -10,6 +10,15 @@ one transaction by :meth:`Backend.run`:
   block the loop for long is kept off it: WAL checkpoints (the fsyncs) run in a worker thread on a
   connection of their own (:class:`WalCheckpointer`), and the retention job deletes in small batches.
 * **PostgreSQL** runs it through the async psycopg engine with ``AsyncConnection.run_sync``.
+
+The per-turn operations go one step further, through :meth:`Backend.run_tx`: their statements are
+:class:`Statement` values, built once with SQLAlchemy, and the transaction function gets a :class:`Tx`.
+On SQLite each statement is compiled once more for the engine's dialect and then executed on the
+``sqlite3`` connection itself, with the column types' own bind and result processors, so the stored
+values are exactly what SQLAlchemy writes and reads. Core's per-execute work (execution context,
+parameter processing, result metadata, its transaction wrapper) cost ~3x the statement itself on the hot
+path (~1 ms of CPU per turn, against ~0.3 ms on the driver). On PostgreSQL, :class:`Tx` runs the same
+statements through Core.
 """
 
 from __future__ import annotations
@@ -21,10 +30,11 @@ import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
@@ -46,6 +56,149 @@ JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 BUSY_TIMEOUT_MS = 5000
 
 
+class Statement:
+    """A statement of the hot path: built once with SQLAlchemy, compiled once per dialect where it runs on
+    the driver. ``keys`` names the columns an INSERT sets (its parameters), as Core derives them per call."""
+
+    __slots__ = ("core", "keys")
+
+    def __init__(self, core: Any, keys: tuple[str, ...] | None = None) -> None:
+        self.core = core
+        self.keys = keys
+
+
+class Tx(Protocol):
+    """The transaction a :meth:`Backend.run_tx` function works in. Rows are tuples (indexable)."""
+
+    def rows(self, stmt: Statement, params: dict[str, Any]) -> list[Any]:
+        """Every row of a query."""
+        ...
+
+    def first(self, stmt: Statement, params: dict[str, Any]) -> Any:
+        """The first row, or None."""
+        ...
+
+    def scalar(self, stmt: Statement, params: dict[str, Any]) -> Any:
+        """The first column of the first row, or None."""
+        ...
+
+    def execute(self, stmt: Statement, params: dict[str, Any] | list[dict[str, Any]]) -> int:
+        """Run a statement (once per dict for a list); return the number of rows it changed."""
+        ...
+
+
+class CoreTx:
+    """:class:`Tx` on a SQLAlchemy connection."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def rows(self, stmt: Statement, params: dict[str, Any]) -> list[Any]:
+        """Every row of a query."""
+        return list(self.conn.execute(stmt.core, params).all())
+
+    def first(self, stmt: Statement, params: dict[str, Any]) -> Any:
+        """The first row, or None."""
+        return self.conn.execute(stmt.core, params).first()
+
+    def scalar(self, stmt: Statement, params: dict[str, Any]) -> Any:
+        """The first column of the first row, or None."""
+        return self.conn.execute(stmt.core, params).scalar()
+
+    def execute(self, stmt: Statement, params: dict[str, Any] | list[dict[str, Any]]) -> int:
+        """Run a statement; return the number of rows it changed."""
+        return self.conn.execute(stmt.core, params).rowcount
+
+
+class _Compiled:
+    """A :class:`Statement` compiled for one dialect with a positional paramstyle, and its processors."""
+
+    __slots__ = ("sql", "binds", "results")
+
+    def __init__(self, stmt: Statement, dialect: Dialect) -> None:
+        compiled = stmt.core.compile(dialect=dialect, column_keys=list(stmt.keys) if stmt.keys else None)
+        self.sql = str(compiled)
+        binds = compiled.binds
+        #: (name, processor or None, default) per position; a default serves binds SQLAlchemy added itself
+        self.binds = tuple((name, binds[name].type.dialect_impl(dialect).bind_processor(dialect),
+                            None if binds[name].required else binds[name].value)
+                           for name in compiled.positiontup or ())
+        core = stmt.core
+        columns = core.selected_columns if hasattr(core, "selected_columns") else core.exported_columns
+        processors = tuple(col.type.dialect_impl(dialect).result_processor(dialect, None) for col in columns)
+        #: per column: a processor or None; None altogether when no column needs one
+        self.results = processors if any(processors) else None
+
+    def parameters(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """The positional parameters for one execution."""
+        out = []
+        for name, process, default in self.binds:
+            value = params[name] if name in params else default
+            out.append(process(value) if process is not None else value)
+        return tuple(out)
+
+    def row(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A result row with the column types' processing applied."""
+        results = self.results
+        if results is None:
+            return row
+        return tuple(value if process is None else process(value) for process, value in zip(results, row, strict=True))
+
+
+class DriverTx:
+    """:class:`Tx` straight on a ``sqlite3`` connection (see the module docstring); errors are raised as
+    SQLAlchemy's, so callers catch one family."""
+
+    __slots__ = ("backend", "raw")
+
+    def __init__(self, backend: SQLiteBackend, raw: sqlite3.Connection) -> None:
+        self.backend = backend
+        self.raw = raw
+
+    def _cursor(self, stmt: Statement, params: dict[str, Any]) -> tuple[_Compiled, sqlite3.Cursor]:
+        compiled = self.backend.compiled(stmt)
+        args = compiled.parameters(params)
+        try:
+            return compiled, self.raw.execute(compiled.sql, args)
+        except sqlite3.Error as exc:
+            raise _wrap(compiled.sql, args, exc, self.backend.engine.dialect) from exc
+
+    def rows(self, stmt: Statement, params: dict[str, Any]) -> list[Any]:
+        """Every row of a query."""
+        compiled, cursor = self._cursor(stmt, params)
+        rows = cursor.fetchall()
+        return rows if compiled.results is None else [compiled.row(r) for r in rows]
+
+    def first(self, stmt: Statement, params: dict[str, Any]) -> Any:
+        """The first row, or None."""
+        rows = self.rows(stmt, params)  # read them all: a statement left unfinished would hold the commit
+        return rows[0] if rows else None
+
+    def scalar(self, stmt: Statement, params: dict[str, Any]) -> Any:
+        """The first column of the first row, or None."""
+        row = self.first(stmt, params)
+        return row[0] if row is not None else None
+
+    def execute(self, stmt: Statement, params: dict[str, Any] | list[dict[str, Any]]) -> int:
+        """Run a statement (once per dict for a list); return the number of rows it changed."""
+        compiled = self.backend.compiled(stmt)
+        try:
+            if isinstance(params, list):
+                args_list = [compiled.parameters(p) for p in params]
+                return self.raw.executemany(compiled.sql, args_list).rowcount
+            args = compiled.parameters(params)
+            return self.raw.execute(compiled.sql, args).rowcount
+        except sqlite3.Error as exc:
+            raise _wrap(compiled.sql, params, exc, self.backend.engine.dialect) from exc
+
+
+def _wrap(sql: str, params: Any, exc: sqlite3.Error, dialect: Dialect) -> DBAPIError:
+    """The SQLAlchemy exception Core would raise for a driver error (IntegrityError, OperationalError, ...)."""
+    return DBAPIError.instance(sql, params, exc, sqlite3.Error, dialect=dialect)
+
+
 class Backend:
     """Runs transaction functions; see the module docstring."""
 
@@ -53,6 +206,10 @@ class Backend:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, *args)`` in one transaction and return its result."""
+        raise NotImplementedError
+
+    async def run_tx(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(tx, *args)`` in one transaction and return its result (see :class:`Tx`)."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -76,6 +233,14 @@ class SQLiteBackend(Backend):
         event.listen(self.engine, "connect", _sqlite_pragmas)
         self.conn: Connection = self.engine.connect()
         self.checkpointer = None if self.memory else WalCheckpointer(self.path)
+        self._compiled: dict[Statement, _Compiled] = {}
+
+    def compiled(self, stmt: Statement) -> _Compiled:
+        """``stmt`` compiled for this engine's dialect (once)."""
+        compiled = self._compiled.get(stmt)
+        if compiled is None:
+            compiled = self._compiled[stmt] = _Compiled(stmt, self.engine.dialect)
+        return compiled
 
     def start(self) -> None:
         """Start the background checkpointer (needs a running loop)."""
@@ -86,6 +251,20 @@ class SQLiteBackend(Backend):
         """Run ``fn(conn, *args)`` in one transaction, inline."""
         with self.conn.begin():
             return fn(self.conn, *args)
+
+    async def run_tx(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(tx, *args)`` on the driver connection, inline, and commit (as Core does on pysqlite:
+        the driver opens the transaction at the first write)."""
+        raw = self.conn.connection.driver_connection
+        try:
+            result = fn(DriverTx(self, raw), *args)
+            raw.commit()
+        except BaseException as exc:
+            raw.rollback()
+            if isinstance(exc, sqlite3.Error):  # from commit()
+                raise _wrap("COMMIT", (), exc, self.engine.dialect) from exc
+            raise
+        return result
 
     async def close(self) -> None:
         """Stop the checkpointer, fold the WAL back into the database and close."""
@@ -169,6 +348,11 @@ class AsyncEngineBackend(Backend):
         """Run ``fn(conn, *args)`` in one transaction through ``run_sync``."""
         async with self.engine.begin() as conn:
             return await conn.run_sync(fn, *args)
+
+    async def run_tx(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(tx, *args)`` in one transaction through Core."""
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(lambda sync_conn: fn(CoreTx(sync_conn), *args))
 
     async def close(self) -> None:
         """Dispose of the pool."""
