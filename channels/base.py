@@ -3,12 +3,19 @@
 Nothing platform-specific crosses this boundary. A channel turns platform events into
 :class:`IncomingMessage` values, hands them to the dispatcher, and sends replies through
 :meth:`BaseChannel.send`.
+
+A channel hands a message over in one of two ways. :meth:`BaseChannel.deliver` awaits the receiver
+(the dispatcher's ``handle`` returns once the message is journalled). :meth:`BaseChannel.deliver_nowait`
+returns at once: the dispatcher's ``submit`` queues the message synchronously, in arrival order, so a
+channel needs no task or lock per message to keep a chat's messages in order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -61,6 +68,8 @@ _FIELD_NAMES = tuple(f.name for f in fields(IncomingMessage))
 
 #: What a channel calls for every incoming message.
 MessageHandler = Callable[[IncomingMessage], Awaitable[None]]
+#: The synchronous counterpart: takes the message in arrival order and returns at once.
+MessageSubmitter = Callable[[IncomingMessage], None]
 
 
 class BaseChannel(ABC):
@@ -73,17 +82,50 @@ class BaseChannel(ABC):
 
     def __init__(self) -> None:
         self._handler: MessageHandler | None = None
+        self._submitter: MessageSubmitter | None = None
+        #: without a submitter: per chat, the messages waiting for :meth:`deliver`, head first
+        self._backlog: dict[str, deque[IncomingMessage]] = {}
+        self._backlog_tasks: set[asyncio.Task] = set()
 
-    def set_handler(self, handler: MessageHandler) -> None:
-        """Set the coroutine that receives every incoming message."""
+    def set_handler(self, handler: MessageHandler, submit: MessageSubmitter | None = None) -> None:
+        """Set the coroutine that receives every incoming message, and optionally its synchronous counterpart."""
         self._handler = handler
+        self._submitter = submit
 
     async def deliver(self, message: IncomingMessage) -> None:
-        """Hand one message to the dispatcher."""
+        """Hand one message to the dispatcher and wait until it is taken."""
         if self._handler is None:
             logger.warning("channel %s has no handler; message dropped", self.name)
             return
         await self._handler(message)
+
+    def deliver_nowait(self, message: IncomingMessage) -> None:
+        """Hand one message over without waiting; a chat's messages are taken in arrival order."""
+        if self._submitter is not None:
+            self._submitter(message)
+            return
+        # No synchronous receiver: await the handler, one message of a chat at a time, so a slow
+        # message cannot be overtaken by a later one of the same chat, nor hold up other chats.
+        backlog = self._backlog.get(message.chat_id)
+        if backlog is not None:
+            backlog.append(message)
+            return
+        self._backlog[message.chat_id] = deque((message,))
+        task = asyncio.create_task(self._deliver_backlog(message.chat_id), name=f"{self.name}:deliver")
+        self._backlog_tasks.add(task)
+        task.add_done_callback(self._backlog_tasks.discard)
+
+    async def _deliver_backlog(self, chat_id: str) -> None:
+        backlog = self._backlog[chat_id]
+        try:
+            while backlog:
+                try:
+                    await self.deliver(backlog[0])
+                except Exception:  # noqa: BLE001 - one failed message must not stop the chat's others
+                    logger.exception("channel %s: could not deliver a message of chat %s", self.name, chat_id)
+                backlog.popleft()
+        finally:
+            del self._backlog[chat_id]
 
     @abstractmethod
     async def start(self) -> None:

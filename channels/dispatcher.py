@@ -113,7 +113,7 @@ class Dispatcher:
     def add_channel(self, channel: BaseChannel) -> None:
         """Attach a channel: its messages come here, replies go back through it."""
         self.channels[channel.name] = channel
-        channel.set_handler(self.handle)
+        channel.set_handler(self.handle, submit=self.submit)
 
     async def load_admins(self) -> None:
         """Load the admins granted through /auth."""
@@ -139,6 +139,11 @@ class Dispatcher:
             return
         with contextlib.suppress(Exception):  # failures are reported by the worker
             await asyncio.shield(item.recorded)
+
+    def submit(self, msg: IncomingMessage) -> None:
+        """Take one message from a channel and return at once; it is queued in arrival order."""
+        # The journal write runs on its own; the session worker awaits it and reports a failure.
+        self._accept(msg)
 
     def _accept(self, msg: IncomingMessage) -> WorkItem | None:
         """Decide synchronously whether to act, and queue the message in arrival order."""
@@ -191,10 +196,16 @@ class Dispatcher:
         if self._stopping:
             # Shutting down: journal it (the platform will not deliver it again) and answer after the restart.
             self._late.add(item.recorded)
-            item.recorded.add_done_callback(self._late.discard)
+            item.recorded.add_done_callback(self._late_recorded)
             return item
         self._enqueue(item)
         return item
+
+    def _late_recorded(self, future: asyncio.Future) -> None:
+        """A journal write during shutdown has no worker to report its failure: log it here."""
+        self._late.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            logger.error("could not journal a message received during shutdown", exc_info=future.exception())
 
     async def _record(self, item: WorkItem) -> tuple[int, int | None] | None:
         # A session not in memory may not exist yet: the journal entry creates it in the same transaction.

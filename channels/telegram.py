@@ -1,10 +1,15 @@
 """The Telegram channel: python-telegram-bot 22 with a manual lifecycle on the shared event loop.
 
-Polling or webhook. Updates of one chat are handed to the dispatcher in order, while different chats are
-processed concurrently (:class:`ChatOrderedUpdateProcessor`). Replies are split at Telegram's
-4,096-character limit, rendered from Markdown to Telegram HTML, and resent as plain text when Telegram
-rejects the markup. A rejected token or an unreachable API leaves the channel inactive with one log line,
-so the other channels keep running.
+Polling or webhook, through PTB's standalone pieces: an ``ExtBot`` and an ``Updater`` that fills a
+queue. One consumer task turns each update into an :class:`IncomingMessage` and submits it to the
+dispatcher synchronously, so updates are taken in arrival order with no task or lock per update; the
+dispatcher's per-session workers run different chats concurrently. PTB's ``Application`` is not used:
+its handler dispatch (a task per update, handler groups, a ``CallbackContext`` per update, per-chat
+``chat_data`` kept forever) cost a few percent of the CPU per message for the one handler we had.
+
+Replies are split at Telegram's 4,096-character limit, rendered from Markdown to Telegram HTML, and
+resent as plain text when Telegram rejects the markup. A rejected token or an unreachable API leaves the
+channel inactive with one log line, so the other channels keep running.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +27,7 @@ from urllib.parse import urlsplit
 from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
-from telegram.ext import AIORateLimiter, Application, BaseUpdateProcessor, ContextTypes, MessageHandler, filters
+from telegram.ext import AIORateLimiter, ExtBot, Updater
 from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import BaseChannel, IncomingMessage
@@ -129,38 +133,6 @@ def render_chunks(text: str, limit: int = MAX_MESSAGE_LENGTH) -> list[tuple[str,
     return out
 
 
-class ChatOrderedUpdateProcessor(BaseUpdateProcessor):
-    """Process updates concurrently across chats but in order within one chat."""
-
-    def __init__(self, max_concurrent_updates: int = 64) -> None:
-        super().__init__(max_concurrent_updates)
-        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
-
-    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
-        """Run the handlers of ``update`` after earlier updates of the same chat."""
-        chat = update.effective_chat if isinstance(update, Update) else None
-        if chat is None:
-            await coroutine
-            return
-        lock, users = self._locks.get(chat.id) or (asyncio.Lock(), 0)
-        self._locks[chat.id] = (lock, users + 1)
-        try:
-            async with lock:
-                await coroutine
-        finally:
-            lock, users = self._locks[chat.id]
-            if users <= 1:
-                del self._locks[chat.id]
-            else:
-                self._locks[chat.id] = (lock, users - 1)
-
-    async def initialize(self) -> None:
-        """Nothing to set up."""
-
-    async def shutdown(self) -> None:
-        """Nothing to tear down."""
-
-
 def file_url_for(base_url: str) -> str:
     """The ``base_file_url`` matching a ``base_url`` (``.../bot`` -> ``.../file/bot``)."""
     if base_url.endswith("/bot"):
@@ -177,7 +149,10 @@ class TelegramChannel(BaseChannel):
         super().__init__()
         self.config = config
         self.poll_timeout = poll_timeout
-        self.app: Application | None = None
+        #: set while the channel is connected; sends and typing go through it
+        self.bot: ExtBot | None = None
+        self.updater: Updater | None = None
+        self._consumer: asyncio.Task | None = None
         self.active = False
         self.bot_id: int | None = None
         base = (config.telegram_base_url or "https://api.telegram.org/bot").rstrip("/")
@@ -197,101 +172,101 @@ class TelegramChannel(BaseChannel):
         if cfg.telegram_mode == "webhook" and not cfg.telegram_webhook_url:
             logger.error("telegram: telegram_mode is webhook but telegram_webhook_url is empty")
             return
-        app = self._build()
+        bot = self._build_bot()
         try:
-            await app.initialize()
+            await bot.initialize()  # getMe: checks the token
         except (InvalidToken, Forbidden):
             logger.error(TOKEN_REJECTED)
-            await app.bot.shutdown()
+            await bot.shutdown()
             return
         except TelegramError as exc:
             logger.error("telegram: cannot reach the Bot API at %s (%s); the channel is inactive", self.base_url, exc)
-            await app.bot.shutdown()
+            await bot.shutdown()
             return
-        self.app = app
-        self.bot_id = app.bot.id
-        self.bot_username = app.bot.username or ""
+        self.bot = bot
+        self.bot_id = bot.id
+        self.bot_username = bot.username or ""
         try:
-            await app.bot.set_my_commands([BotCommand(name, desc) for name, desc in COMMANDS])
+            await bot.set_my_commands([BotCommand(name, desc) for name, desc in COMMANDS])
         except TelegramError as exc:
             logger.warning("telegram: could not register the command menu: %s", exc)
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_update))
-        app.add_error_handler(self._on_error)
-        await app.start()
+        updates: asyncio.Queue[object] = asyncio.Queue()
+        updater = Updater(bot, updates)
+        await updater.initialize()  # the bot is initialised already: nothing more is called
         try:
-            await self._start_updater(app)
+            await self._start_updater(updater)
         except TelegramError as exc:
             logger.error("telegram: cannot start %s mode: %s; the channel is inactive", cfg.telegram_mode, exc)
-            await self._shutdown(app)
-            self.app = None
+            self.bot = None
+            await updater.shutdown()
+            await bot.shutdown()
             return
+        self.updater = updater
+        self._consumer = asyncio.create_task(self._consume(updates), name="telegram:updates")
         self.active = True
         logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
 
-    def _build(self) -> Application:
+    def _build_bot(self) -> ExtBot:
         request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=20, write_timeout=20,
                                  pool_timeout=10)
         # Long polls add their own timeout to read_timeout.
         updates_request = AiohttpRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
                                          write_timeout=10, pool_timeout=10)
-        builder = (
-            Application.builder()
-            .token(self.config.telegram_bot_token)
-            .base_url(self.base_url)
-            .base_file_url(self.base_file_url)
-            .request(request)
-            .get_updates_request(updates_request)
-            .concurrent_updates(ChatOrderedUpdateProcessor(64))
-        )
-        if self.config.telegram_rate_limit:
-            builder = builder.rate_limiter(AIORateLimiter())
-        return builder.build()
+        return ExtBot(self.config.telegram_bot_token, base_url=self.base_url, base_file_url=self.base_file_url,
+                      request=request, get_updates_request=updates_request,
+                      rate_limiter=AIORateLimiter() if self.config.telegram_rate_limit else None)
 
-    async def _start_updater(self, app: Application) -> None:
+    async def _start_updater(self, updater: Updater) -> None:
         cfg = self.config
-        assert app.updater is not None
         if cfg.telegram_mode == "webhook":
             path = urlsplit(cfg.telegram_webhook_url).path.strip("/") or "telegram"
-            await app.updater.start_webhook(
+            await updater.start_webhook(
                 listen=cfg.telegram_webhook_listen, port=cfg.telegram_webhook_port, url_path=path,
                 webhook_url=cfg.telegram_webhook_url, secret_token=self.webhook_secret,
                 allowed_updates=["message"], drop_pending_updates=False, bootstrap_retries=2)
         else:
-            await app.updater.start_polling(
+            await updater.start_polling(
                 timeout=self.poll_timeout, allowed_updates=["message"], drop_pending_updates=False,
                 bootstrap_retries=2, error_callback=self._on_poll_error)
 
     async def stop(self) -> None:
         """Stop receiving and disconnect; safe to call twice or after a failed start."""
-        app, self.app = self.app, None
+        bot, updater, consumer = self.bot, self.updater, self._consumer
+        self.bot, self.updater, self._consumer = None, None, None
         self.active = False
-        if app is not None:
-            await self._shutdown(app)
-
-    @staticmethod
-    async def _shutdown(app: Application) -> None:
         try:
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
-            if app.running:
-                await app.stop()
+            if updater is not None and updater.running:
+                await updater.stop()  # polling: acknowledges every update it fetched
         finally:
-            await app.shutdown()
+            if consumer is not None:
+                consumer.cancel()
+                await asyncio.gather(consumer, return_exceptions=True)
+            if updater is not None:
+                # Fetched and acknowledged, so Telegram will not send them again: hand them over now.
+                while not updater.update_queue.empty():
+                    self._take(updater.update_queue.get_nowait())
+                await updater.shutdown()
+            if bot is not None:
+                await bot.shutdown()
 
     def _on_poll_error(self, exc: TelegramError) -> None:
         logger.warning("telegram: polling failed, retrying: %s", exc)
 
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        logger.error("telegram: error while handling an update", exc_info=context.error)
-
     # --- incoming ----------------------------------------------------------------------------
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.message
-        if message is None:
-            return
-        incoming = self.to_incoming(message)
-        if incoming is not None:
-            await self.deliver(incoming)
+    async def _consume(self, updates: asyncio.Queue[object]) -> None:
+        """Take the updates in the order the updater queued them."""
+        while True:
+            self._take(await updates.get())
+
+    def _take(self, update: object) -> None:
+        """Hand one update's message to the dispatcher; a failure is logged and the next update goes on."""
+        try:
+            message = update.message if isinstance(update, Update) else None
+            incoming = self.to_incoming(message) if message is not None else None
+            if incoming is not None:
+                self.deliver_nowait(incoming)
+        except Exception:  # noqa: BLE001 - one bad update must not stop the channel
+            logger.exception("telegram: error while handling update %s", getattr(update, "update_id", "?"))
 
     def to_incoming(self, message: Message) -> IncomingMessage | None:
         """Turn a PTB message into an :class:`IncomingMessage`, or None for a service message."""
@@ -337,8 +312,8 @@ class TelegramChannel(BaseChannel):
     # --- outgoing ----------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:
         """Send ``text`` as one or more messages, as HTML where Telegram accepts it, else as plain text."""
-        app = self.app
-        if app is None:
+        bot = self.bot
+        if bot is None:
             logger.warning("telegram: inactive; reply to %s dropped", to.chat_id)
             return
         chat_id = int(to.chat_id)
@@ -354,22 +329,22 @@ class TelegramChannel(BaseChannel):
                 kwargs["reply_parameters"], reply = reply, None
             if rendered is not None:
                 try:
-                    await self._send_one(app, chat_id, rendered, ParseMode.HTML, kwargs)
+                    await self._send_one(bot, chat_id, rendered, ParseMode.HTML, kwargs)
                     continue
                 except BadRequest as exc:
                     if "parse entities" not in str(exc).lower():
                         raise
                     logger.warning("telegram: markup rejected (%s); sending plain text", exc)
-            await self._send_one(app, chat_id, source, None, kwargs)
+            await self._send_one(bot, chat_id, source, None, kwargs)
 
-    async def _send_one(self, app: Application, chat_id: int, text: str, parse_mode: str | None,
+    async def _send_one(self, bot: ExtBot, chat_id: int, text: str, parse_mode: str | None,
                         kwargs: dict[str, Any]) -> None:
         for attempt in range(3):
             try:
                 params: dict[str, Any] = {"chat_id": chat_id, "text": text, **kwargs}
                 if parse_mode is not None:
                     params["parse_mode"] = parse_mode
-                await _api_call(app, "sendMessage", params)
+                await _api_call(bot, "sendMessage", params)
                 return
             except RetryAfter as exc:
                 if attempt == 2:
@@ -385,25 +360,25 @@ class TelegramChannel(BaseChannel):
 
     async def typing(self, to: IncomingMessage) -> None:
         """Show "typing…" in the chat; errors are ignored."""
-        app = self.app
-        if app is None:
+        bot = self.bot
+        if bot is None:
             return
         params: dict[str, Any] = {"chat_id": int(to.chat_id), "action": ChatAction.TYPING}
         if to.extra.get("thread_id"):
             params["message_thread_id"] = int(to.extra["thread_id"])
         try:
-            await _api_call(app, "sendChatAction", params)
+            await _api_call(bot, "sendChatAction", params)
         except (TelegramError, ValueError) as exc:
             logger.debug("telegram: typing action failed: %s", exc)
 
 
-async def _api_call(app: Application, method: str, params: dict[str, Any]) -> Any:
+async def _api_call(bot: ExtBot, method: str, params: dict[str, Any]) -> Any:
     """One Bot API call through PTB's own request path (defaults, rate limiter, errors), unparsed.
 
     ``send_message`` would build a :class:`Message` from the answer, which nothing here reads, and
     ``do_api_request`` warns for methods PTB knows; ``Bot._post`` is what both call (PTB 20-22).
     """
-    return await app.bot._post(method, params)
+    return await bot._post(method, params)
 
 
 def _retry_seconds(exc: RetryAfter) -> float:
@@ -425,5 +400,5 @@ def _reply_parameters(to: IncomingMessage) -> ReplyParameters | None:
     return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
 
 
-__all__ = ["TelegramChannel", "ChatOrderedUpdateProcessor", "split_text", "render_chunks", "utf16_len",
+__all__ = ["TelegramChannel", "split_text", "render_chunks", "utf16_len",
            "MAX_MESSAGE_LENGTH", "COMMANDS", "TOKEN_REJECTED"]

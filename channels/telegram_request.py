@@ -5,6 +5,10 @@ an ``aiohttp.ClientSession``. Measured under load (bench/concurrency.py), a Bot 
 httpx backend cost ~2.7 ms of CPU, most of it in httpcore: on every request its pool rescans queued
 requests against connections and asks each kept-alive connection (through anyio) whether it has expired.
 aiohttp's connector hands out a free connection in O(1).
+
+Per request, the adapter does no work that gives the same answer every time: the parsed URL, its proxy
+and the ``ClientTimeout`` are built once per distinct value, and the session has no cookie jar to
+filter (the Bot API sets no cookies).
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ from urllib.request import getproxies, proxy_bypass
 import aiohttp
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
+from yarl import URL
 
 logger = logging.getLogger(__name__)
 
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 #: The type of PTB's "not passed, use the default" marker.
 DefaultValue = type(BaseRequest.DEFAULT_NONE)
+#: Bound on the per-URL and per-timeout caches: Bot API URLs are one per method, but file downloads
+#: have a URL each, and callers may pass any timeout.
+_CACHE_SIZE = 256
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -54,6 +62,10 @@ class AiohttpRequest(BaseRequest):
         self._media_write_timeout = media_write_timeout
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[tuple[str, str], str | None] = {}
+        #: url -> (parsed URL, proxy); aiohttp would parse both again on every request
+        self._targets: dict[str, tuple[URL, URL | None]] = {}
+        #: (pool, connect, write, read) -> ClientTimeout
+        self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
 
     @property
     def read_timeout(self) -> float | None:
@@ -64,8 +76,12 @@ class AiohttpRequest(BaseRequest):
         """Open the session (on the running loop)."""
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.connection_pool_size, ssl=_ssl_context())
-            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT})
+            # The Bot API sets no cookies; the default jar still filters its (empty) contents per request.
+            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT},
+                                                  cookie_jar=aiohttp.DummyCookieJar())
+            # The environment is read again at each start (proxy settings may have changed).
             self._proxies.clear()
+            self._targets.clear()
 
     async def shutdown(self) -> None:
         """Close the session and its connections."""
@@ -94,19 +110,49 @@ class AiohttpRequest(BaseRequest):
         pool = self._pool_timeout if isinstance(pool_timeout, DefaultValue) else pool_timeout
         if isinstance(write_timeout, DefaultValue):
             write_timeout = self._write_timeout if not files else self._media_write_timeout
-        parts = [t for t in (pool, connect, write_timeout, read) if t is not None]
-        timeout = aiohttp.ClientTimeout(total=sum(parts) if len(parts) == 4 else None,
-                                        connect=None if pool is None or connect is None else pool + connect,
-                                        sock_connect=connect, sock_read=read)
+        timeout = self._timeout(pool, connect, write_timeout, read)
         try:
             body, headers = _body(fields, files)
-            async with session.request(method, url, data=body, headers=headers, timeout=timeout,
-                                       proxy=self._proxy_for(url)) as response:
+            target = self._targets.get(url) or self._target(url)
+            async with session.request(method, target[0], data=body, headers=headers, timeout=timeout,
+                                       proxy=target[1]) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
             raise TimedOut from exc
         except aiohttp.ClientError as exc:
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
+
+    def _timeout(self, pool: float | None, connect: float | None, write: float | None,
+                 read: float | None) -> aiohttp.ClientTimeout:
+        """The ``ClientTimeout`` for these PTB timeouts, built once per combination (it is immutable)."""
+        key = (pool, connect, write, read)
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            parts = [t for t in key if t is not None]
+            timeout = aiohttp.ClientTimeout(total=sum(parts) if len(parts) == 4 else None,
+                                            connect=None if pool is None or connect is None else pool + connect,
+                                            sock_connect=connect, sock_read=read)
+            if len(self._timeouts) >= _CACHE_SIZE:
+                self._timeouts.clear()
+            self._timeouts[key] = timeout
+        return timeout
+
+    def _target(self, url: str) -> tuple[URL, URL | None]:
+        """Parse ``url`` and its proxy as aiohttp would (``URL(...)``, same errors), once per URL."""
+        proxy = self._proxy_for(url)
+        try:
+            parsed = URL(url)
+        except ValueError as exc:
+            raise aiohttp.InvalidUrlClientError(url) from exc
+        try:
+            proxy_url = URL(proxy) if proxy is not None else None
+        except ValueError as exc:
+            raise aiohttp.InvalidURL(proxy) from exc
+        target = (parsed, proxy_url)
+        if len(self._targets) >= _CACHE_SIZE:
+            self._targets.clear()
+        self._targets[url] = target
+        return target
 
     def _proxy_for(self, url: str) -> str | None:
         """The proxy for ``url`` from HTTPS_PROXY / HTTP_PROXY / NO_PROXY (as PTB's httpx backend honours

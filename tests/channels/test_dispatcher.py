@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -90,6 +91,25 @@ async def test_one_session_in_order_sessions_concurrently(tmp_path):
         # the two sessions overlapped: 10 turns at 50 ms took well under 10 x 50 ms in sequence
         user_counts = [len(r.user_texts()) for r in llm.history if "a" in r.user_texts()[-1]]
         assert user_counts == [1, 2, 3, 4, 5]
+
+
+async def test_submit_queues_each_session_in_arrival_order_without_waiting(tmp_path):
+    llm = FakeLLM(latency=0.02)
+    async with Bot(tmp_path, llm) as bot:
+        for i in range(5):
+            # through the channel, as add_channel wired it: the dispatcher's synchronous submit
+            bot.channel.deliver_nowait(bot.channel.message(f"a{i}", chat_id="1", user_id="1"))
+            bot.channel.deliver_nowait(bot.channel.message(f"b{i}", chat_id="2", user_id="2"))
+        assert sorted(bot.dispatcher._queues) == ["telegram:1", "telegram:2"]  # queued before any await
+        assert [i.text for i in bot.dispatcher._queues["telegram:1"]._queue] == [f"a{i}" for i in range(5)]
+        await bot.dispatcher.wait_idle()
+        a = [t for m, t in bot.channel.sent if m.chat_id == "1"]
+        b = [t for m, t in bot.channel.sent if m.chat_id == "2"]
+        assert a == [f"echo: a{i}" for i in range(5)]
+        assert b == [f"echo: b{i}" for i in range(5)]
+        stored = await bot.store.load_messages("telegram:1")
+        assert [m.message["content"] for m in stored if m.message["role"] == "user"] == [f"a{i}" for i in range(5)]
+        assert await bot.store.pending_incoming() == []
 
 
 async def test_concurrency_is_bounded(tmp_path):
@@ -268,17 +288,36 @@ async def test_a_password_is_never_journalled(tmp_path):
     assert len(payloads) == 1 and "hunter2" not in payloads[0]
 
 
-async def test_messages_arriving_during_shutdown_are_answered_after_restart(tmp_path):
+@pytest.mark.parametrize("intake", ["handle", "submit"])
+async def test_messages_arriving_during_shutdown_are_answered_after_restart(tmp_path, intake):
     llm = FakeLLM(latency=0.3)
     async with Bot(tmp_path, llm) as bot:
         await bot.say("first")
         await asyncio.sleep(0.05)
         drain = asyncio.create_task(bot.dispatcher.drain(5))
         await asyncio.sleep(0)
-        await bot.say("sent while stopping")
+        if intake == "handle":
+            await bot.say("sent while stopping")
+        else:
+            bot.dispatcher.submit(bot.channel.message("sent while stopping"))
         assert await drain is True
         assert bot.channel.texts() == ["echo: first"]
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 1
         await bot.dispatcher.wait_idle()
         assert bot.channel.texts() == ["echo: sent while stopping"]
+
+
+async def test_a_failed_journal_write_during_shutdown_is_logged(tmp_path, caplog):
+    async with Bot(tmp_path) as bot:
+        await bot.dispatcher.drain(5)
+        await bot.store.close()  # the write fails for real
+        try:
+            with caplog.at_level(logging.ERROR, logger="channels.dispatcher"):
+                bot.dispatcher.submit(bot.channel.message("late"))
+                await bot.dispatcher.flush_intake()
+        finally:
+            await bot.store.open()
+    [record] = [r for r in caplog.records if r.name == "channels.dispatcher"]
+    assert record.getMessage() == "could not journal a message received during shutdown"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "store is not open"

@@ -120,7 +120,7 @@ async def test_invalid_token_logs_one_line_and_stays_inactive(api, caplog):
     ch = TelegramChannel(make_config(api, telegram_bot_token="123:wrong"))
     with caplog.at_level(logging.WARNING):
         await ch.start()
-    assert not ch.active and ch.app is None
+    assert not ch.active and ch.bot is None and ch.updater is None
     assert [r.getMessage() for r in caplog.records if r.name == "channels.telegram"] == [TOKEN_REJECTED]
     await ch.stop()
     await ch.stop()
@@ -198,6 +198,54 @@ async def test_duplicate_update_is_delivered_twice_with_same_id(api, channel):
     api.push_update({"message": upd["message"]})
     first, second = await channel.inbox.wait(2)
     assert first.message_id == second.message_id == "11:777"
+
+
+async def test_submitted_synchronously_in_arrival_order(api, channel):
+    submitted: list[tuple[str, str]] = []
+    done = asyncio.Event()
+
+    async def awaited(msg: IncomingMessage) -> None:
+        raise AssertionError("a channel with a submitter must not await the handler")
+
+    def submit(msg: IncomingMessage) -> None:
+        submitted.append((msg.chat_id, msg.text))
+        if len(submitted) == 9:
+            done.set()
+
+    channel.set_handler(awaited, submit=submit)
+    for i in range(3):
+        for chat in (1, 2, 3):
+            api.push_text(chat, f"m{i}", user_id=chat)
+    async with asyncio.timeout(5):
+        await done.wait()
+    assert submitted == [(str(chat), f"m{i}") for i in range(3) for chat in (1, 2, 3)]
+
+
+async def test_a_failing_update_is_logged_and_later_ones_still_arrive(api, caplog):
+    class BrittleChannel(TelegramChannel):
+        def to_incoming(self, message):
+            if message.text == "boom":
+                raise ValueError("cannot read this one")
+            return super().to_incoming(message)
+
+    ch = BrittleChannel(make_config(api), poll_timeout=2)
+    inbox = Inbox()
+    ch.set_handler(inbox)
+    await ch.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="channels.telegram"):
+            api.push_text(4, "before", user_id=4)
+            bad = api.push_text(4, "boom", user_id=4)
+            api.push_text(4, "after", user_id=4)
+            before, after = await inbox.wait(2)
+        assert (before.text, after.text) == ("before", "after")
+        [record] = [r for r in caplog.records if r.name == "channels.telegram"]
+        assert record.getMessage() == f"telegram: error while handling update {bad['update_id']}"
+        assert record.exc_info is not None and str(record.exc_info[1]) == "cannot read this one"
+        api.push_text(5, "still running", user_id=5)
+        assert (await inbox.wait(3))[2].text == "still running"
+    finally:
+        await ch.stop()
 
 
 async def test_one_chat_in_order_while_another_runs(api, channel):

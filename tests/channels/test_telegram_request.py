@@ -24,12 +24,16 @@ class Api:
         self.forms: list[dict[str, str]] = []
         self.files: list[tuple[str, str, bytes]] = []
         self.agents: list[str] = []
+        self.paths: list[str] = []
+        self.cookies: list[str | None] = []
         self.delay = 0.05
         self.in_flight = 0
         self.peak = 0
 
     async def method(self, request: web.Request) -> web.Response:
         self.agents.append(request.headers.get("User-Agent", ""))
+        self.paths.append(request.path)
+        self.cookies.append(request.headers.get("Cookie"))
         if request.content_type.startswith("multipart/"):
             form: dict[str, str] = {}
             async for part in await request.multipart():
@@ -40,7 +44,10 @@ class Api:
             self.forms.append(form)
         else:
             self.forms.append(dict(await request.post()))
-        return web.json_response({"ok": True, "result": True})
+        response = web.json_response({"ok": True, "result": True})
+        if request.path == "/setCookie":
+            response.set_cookie("session", "abc")
+        return response
 
     async def slow(self, request: web.Request) -> web.Response:
         self.in_flight += 1
@@ -144,3 +151,69 @@ async def test_proxy_settings_from_the_environment_apply(server, monkeypatch: py
         await request.shutdown()
     assert status == 200
     assert api.forms == [{"chat_id": "1"}]
+
+
+async def test_cookies_set_by_the_server_are_not_sent_back(server) -> None:
+    srv, api = server
+    request = AiohttpRequest()
+    await request.initialize()
+    # By name: aiohttp's default jar ignores cookies from bare IP addresses.
+    base = f"http://localhost:{srv.port}"
+    try:
+        await request.do_request(f"{base}/setCookie", "POST")
+        await request.do_request(f"{base}/getMe", "POST")
+    finally:
+        await request.shutdown()
+    assert api.paths == ["/setCookie", "/getMe"]
+    assert api.cookies == [None, None]  # the Bot API sets none; a jar would only cost time
+
+
+async def test_a_per_call_timeout_applies_to_that_call_only(server) -> None:
+    srv, api = server
+    api.delay = 0.3
+    request = AiohttpRequest(read_timeout=5)
+    await request.initialize()
+    try:
+        url = str(srv.make_url("/slow"))
+        with pytest.raises(TimedOut):
+            await request.do_request(url, "POST", read_timeout=0.1)
+        assert (await request.do_request(url, "POST"))[0] == 200  # the default again, not the cached 0.1 s
+        with pytest.raises(TimedOut):
+            await request.do_request(url, "POST", read_timeout=0.1)
+    finally:
+        await request.shutdown()
+
+
+async def test_many_urls_each_reach_their_own_path(server) -> None:
+    srv, api = server
+    request = AiohttpRequest()
+    await request.initialize()
+    try:
+        for i in range(300):  # more than the parsed-URL cache holds
+            await request.do_request(str(srv.make_url(f"/m{i}")), "POST")
+        await request.do_request(str(srv.make_url("/m0")), "POST")
+    finally:
+        await request.shutdown()
+    assert api.paths == [f"/m{i}" for i in range(300)] + ["/m0"]
+
+
+@pytest.mark.parametrize(("url", "proxy", "error"), [
+    ("http://127.0.0.1:99999/getMe", None, "aiohttp.InvalidUrlClientError: http://127.0.0.1:99999/getMe"),
+    ("ftp://example.com/getMe", None, "aiohttp.NonHttpUrlClientError: ftp://example.com/getMe"),
+    ("http://api.telegram.invalid/getMe", "http://[bad", "aiohttp.InvalidURL: http://[bad"),
+])
+async def test_bad_urls_are_network_errors_as_aiohttp_reports_them(monkeypatch: pytest.MonkeyPatch, url: str,
+                                                                   proxy: str | None, error: str) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    if proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+    request = AiohttpRequest()
+    await request.initialize()
+    try:
+        for _ in range(2):  # the second time, nothing was cached from the failure
+            with pytest.raises(NetworkError) as info:
+                await request.do_request(url, "POST")
+            assert str(info.value) == error
+    finally:
+        await request.shutdown()
