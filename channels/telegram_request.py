@@ -6,9 +6,9 @@ httpx backend cost ~2.7 ms of CPU, most of it in httpcore: on every request its 
 requests against connections and asks each kept-alive connection (through anyio) whether it has expired.
 aiohttp's connector hands out a free connection in O(1).
 
-Per request, the adapter does no work that gives the same answer every time: the parsed URL, its proxy
-and the ``ClientTimeout`` are built once per distinct value, and the session has no cookie jar to
-filter (the Bot API sets no cookies).
+Per request, the adapter does no work that gives the same answer every time: the proxy is looked up once
+per host, the ``ClientTimeout`` is built once per distinct set of timeouts, and the session has no cookie
+jar to filter (the Bot API sets no cookies). yarl caches URL parsing itself.
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ from urllib.request import getproxies, proxy_bypass
 import aiohttp
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
-from yarl import URL
 
 logger = logging.getLogger(__name__)
 
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 #: The type of PTB's "not passed, use the default" marker.
 DefaultValue = type(BaseRequest.DEFAULT_NONE)
-#: Bound on the per-URL and per-timeout caches: Bot API URLs are one per method, but file downloads
-#: have a URL each, and callers may pass any timeout.
+#: Bound on the per-timeout cache: callers may pass any timeout.
 _CACHE_SIZE = 256
 
 
@@ -62,8 +60,6 @@ class AiohttpRequest(BaseRequest):
         self._media_write_timeout = media_write_timeout
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[tuple[str, str], str | None] = {}
-        #: url -> (parsed URL, proxy); aiohttp would parse both again on every request
-        self._targets: dict[str, tuple[URL, URL | None]] = {}
         #: (pool, connect, write, read) -> ClientTimeout
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
 
@@ -81,7 +77,6 @@ class AiohttpRequest(BaseRequest):
                                                   cookie_jar=aiohttp.DummyCookieJar())
             # The environment is read again at each start (proxy settings may have changed).
             self._proxies.clear()
-            self._targets.clear()
 
     async def shutdown(self) -> None:
         """Close the session and its connections."""
@@ -113,9 +108,8 @@ class AiohttpRequest(BaseRequest):
         timeout = self._timeout(pool, connect, write_timeout, read)
         try:
             body, headers = _body(fields, files)
-            target = self._targets.get(url) or self._target(url)
-            async with session.request(method, target[0], data=body, headers=headers, timeout=timeout,
-                                       proxy=target[1]) as response:
+            async with session.request(method, url, data=body, headers=headers, timeout=timeout,
+                                       proxy=self._proxy_for(url)) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
             raise TimedOut from exc
@@ -136,23 +130,6 @@ class AiohttpRequest(BaseRequest):
                 self._timeouts.clear()
             self._timeouts[key] = timeout
         return timeout
-
-    def _target(self, url: str) -> tuple[URL, URL | None]:
-        """Parse ``url`` and its proxy as aiohttp would (``URL(...)``, same errors), once per URL."""
-        proxy = self._proxy_for(url)
-        try:
-            parsed = URL(url)
-        except ValueError as exc:
-            raise aiohttp.InvalidUrlClientError(url) from exc
-        try:
-            proxy_url = URL(proxy) if proxy is not None else None
-        except ValueError as exc:
-            raise aiohttp.InvalidURL(proxy) from exc
-        target = (parsed, proxy_url)
-        if len(self._targets) >= _CACHE_SIZE:
-            self._targets.clear()
-        self._targets[url] = target
-        return target
 
     def _proxy_for(self, url: str) -> str | None:
         """The proxy for ``url`` from HTTPS_PROXY / HTTP_PROXY / NO_PROXY (as PTB's httpx backend honours
