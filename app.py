@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import importlib
 import logging
 import signal
 import sys
@@ -74,8 +73,7 @@ def setup_logging(cfg: Config, quiet_console: bool) -> None:
         root.addHandler(file_handler)
     except OSError as exc:
         logger.warning("cannot write the log file in %s: %s", cfg.data_path(), exc)
-    for noisy in ("httpx", "httpx2", "httpcore", "telegram.ext.Updater", "apscheduler", "aiosqlite",
-                  "openai", "watchfiles"):
+    for noisy in ("httpx", "httpcore", "telegram.ext.Updater", "apscheduler", "aiosqlite", "watchfiles"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -174,8 +172,8 @@ class App:
     async def start_background(self, services: Services) -> None:
         """Start what receiving messages does not need, right after "ready": config watching, cleanup, warm-ups.
 
-        A first turn that needs the tokenizer or the model SDK before its background load is done waits for it
-        (the tokenizer's lock, Python's import lock), so deferring them cannot make it fail.
+        A first turn that needs the tokenizer before its background load is done waits for it (the tokenizer's
+        lock), so deferring it cannot make the turn fail.
         """
         from memory.cleanup import CleanupJob  # imports APScheduler, which nothing before "ready" needs
 
@@ -186,9 +184,6 @@ class App:
         cfg = services.config.current
         freeze_heap()
         self._warm_up("tokenizer", services.agent.counter, cfg.model)
-        if cfg.model_configured:
-            # The model SDK takes about 0.6 s to import; OpenAILLM imports it at its first request otherwise.
-            self._warm_up("model SDK", importlib.import_module, "openai")
         warm_ups = list(self._warm_ups)
 
         async def freeze_when_warm() -> None:

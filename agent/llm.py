@@ -1,20 +1,27 @@
 """The model boundary: one method, dataclasses in and out, and an OpenAI-compatible implementation.
 
-The SDK's own retries are off (``max_retries=0``); :class:`OpenAILLM` retries timeouts, 429 and 5xx
-itself, with backoff, honouring ``Retry-After``. Errors are classified into the tree of
-:mod:`agent.errors`, and a context overflow is recognised precisely: never a rate limit, never a
-generic 400.
+:class:`OpenAILLM` speaks the chat-completions protocol itself: one JSON POST to
+``<open_ai_api_base>/chat/completions`` with a bearer key, over aiohttp (which the Telegram channel uses
+too). It retries timeouts, 429 and 5xx with backoff, honouring ``Retry-After``. Errors are classified into
+the tree of :mod:`agent.errors`, and a context overflow is recognised precisely: never a rate limit, never
+a generic 400.
+
+Why not the openai SDK: the bot sends plain JSON messages and reads the answer as JSON, so it used none of
+the SDK's typed parameters or response models, and did its own retries; what was left was the SDK's
+request path (options models, header and URL objects, httpx2's client on top of the aiohttp transport),
+~0.6 ms of CPU per request on a 2-core machine, about a fifth of the bot's CPU per turn. In
+bench/concurrency.py (500 chats, 64 turns at once) that was the difference between ~195 and ~260 turns/s.
+The fake OpenAI server the tests use is held to the real SDK by tests/fakes/test_openai_server.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.errors import (
     AuthLLMError,
@@ -24,6 +31,10 @@ from agent.errors import (
     OtherLLMError,
     TransientLLMError,
 )
+from agent.http import EnvProxies, ssl_context
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -126,29 +137,40 @@ def _retry_after(headers: Any) -> float | None:
     return None
 
 
-def classify(exc: Exception) -> LLMError:
-    """Map an SDK exception to our error tree."""
-    if isinstance(exc, LLMError):
-        return exc
-    import openai  # loaded already by the client that raised (see OpenAILLM.client)
+def classify_status(status: int, body: bytes, headers: Any = None) -> LLMError:
+    """Map an HTTP error answer to our error tree (the status, and the provider's error code and message)."""
+    code, message = _error_details(body)
+    if not message:
+        message = f"HTTP {status}"
+    if is_overflow(status, code, message):
+        return ContextOverflowError(message, status=status, code=code)
+    if status == 429 or status >= 500 or status == 408:
+        return TransientLLMError(message, status=status, code=code, retry_after=_retry_after(headers))
+    if status in (401, 403):
+        return AuthLLMError(message, status=status, code=code)
+    return OtherLLMError(message, status=status, code=code)
 
-    if isinstance(exc, openai.APITimeoutError):
-        return TransientLLMError("model request timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        return TransientLLMError(f"cannot reach the model endpoint: {exc}")
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        code = getattr(exc, "code", None)
-        message = str(getattr(exc, "message", "") or exc)
-        if is_overflow(status, code, message):
-            return ContextOverflowError(message, status=status, code=code)
-        if status == 429 or status >= 500 or status == 408:
-            return TransientLLMError(message, status=status, code=code,
-                                     retry_after=_retry_after(exc.response.headers))
-        if status in (401, 403):
-            return AuthLLMError(message, status=status, code=code)
-        return OtherLLMError(message, status=status, code=code)
-    return OtherLLMError(f"{type(exc).__name__}: {exc}")
+
+def _error_details(body: bytes) -> tuple[str | None, str]:
+    """``(code, message)`` of an error body: OpenAI's ``{"error": {"message", "code"}}`` and the shapes other
+    compatible servers use (``{"error": "..."}``, ``{"message": ...}``, ``{"detail": ...}``), else the text."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, text[:500]
+    if not isinstance(data, dict):
+        return None, text[:500]
+    error = data.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+        return (str(code) if code is not None else None), str(error.get("message") or "")
+    if isinstance(error, str):
+        return None, error
+    for key in ("message", "detail"):
+        if data.get(key):
+            return None, str(data[key])
+    return None, text[:500]
 
 
 def backoff_delay(attempt: int, retry_after: float | None, base: float = 0.5, cap: float = 20.0) -> float:
@@ -182,32 +204,31 @@ class OpenAILLM:
         base_url: str,
         model: str,
         timeout: float = 120.0,
-        http_client: Any = None,
         retry_base_delay: float = 0.5,
     ) -> None:
         self.model = model
         self.retry_base_delay = retry_base_delay
-        if importlib.util.find_spec("openai") is None:  # fail at start, not at the first message
-            raise ModuleNotFoundError("the openai package is missing: python -m pip install -r requirements.txt")
-        # Local servers (Ollama, vLLM, ...) need no key, but the SDK insists on one.
-        self._options: dict[str, Any] = {"api_key": api_key or "not-needed", "base_url": base_url.rstrip("/"),
-                                         "max_retries": 0, "timeout": timeout, "http_client": http_client}
-        self._client: Any = None
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json",
+                        "User-Agent": USER_AGENT}
+        if api_key:  # local servers (Ollama, vLLM, ...) need none
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        #: the whole request may take this long (seconds), a new connection at most 10 s of it
+        self.timeout = timeout
+        self._proxies = EnvProxies()
+        self._session: aiohttp.ClientSession | None = None
+        self._client_timeout: aiohttp.ClientTimeout | None = None
 
-    @property
-    def client(self) -> Any:
-        """The SDK client, made at first use: importing the SDK takes ~0.6 s, which start-up skips (app.py
-        imports it in the background right after "ready")."""
-        if self._client is None:
-            import openai
+    def _open(self) -> aiohttp.ClientSession:
+        """The connection pool, made on first use: it belongs to the running loop, and aiohttp takes ~0.3 s
+        to import, which start-up skips."""
+        if self._session is None or self._session.closed:
+            import aiohttp
 
-            options = dict(self._options)
-            if options["http_client"] is None:
-                # The SDK's own aiohttp transport: httpx's connection pool cost ~2 ms of CPU per request
-                # under load (bench/concurrency.py), aiohttp's a fraction of that.
-                options["http_client"] = openai.DefaultAioHttpClient(timeout=options["timeout"])
-            self._client = openai.AsyncOpenAI(**options)
-        return self._client
+            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=ssl_context())
+            self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+            self._client_timeout = aiohttp.ClientTimeout(total=self.timeout, sock_connect=min(10.0, self.timeout))
+        return self._session
 
     async def complete(
         self,
@@ -223,26 +244,39 @@ class OpenAILLM:
             body["tools"] = tools
         if temperature is not None:
             body["temperature"] = temperature
-        return await with_retries(lambda: self._once(body), base_delay=self.retry_base_delay)
+        data = json.dumps(body, ensure_ascii=False).encode()
+        return await with_retries(lambda: self._once(data), base_delay=self.retry_base_delay)
 
-    async def _once(self, body: dict[str, Any]) -> LLMResponse:
-        # The SDK client's own transport, errors and timeouts, but neither its per-request walk over the
-        # typed params (our messages are plain JSON already) nor its pydantic response models: the body
-        # is posted as is and the answer comes back as the decoded JSON (``cast_to=object``).
+    async def _once(self, data: bytes) -> LLMResponse:
+        import aiohttp  # loaded by _open
+
+        session = self._open()
         try:
-            data = await self.client.post("/chat/completions", body=body, cast_to=object, options=_OPTIONS)
-        except Exception as exc:  # noqa: BLE001 - classified into our tree
-            raise classify(exc) from exc
-        return parse_completion(data)
+            async with session.post(self.url, data=data, headers=self.headers, timeout=self._client_timeout,
+                                    proxy=self._proxies.for_url(self.url)) as response:
+                answer = await response.read()
+                if response.status >= 400:
+                    raise classify_status(response.status, answer, response.headers)
+        except TimeoutError:
+            raise TransientLLMError("model request timed out") from None
+        except aiohttp.ClientError as exc:
+            raise TransientLLMError(f"cannot reach the model endpoint: {type(exc).__name__}: {exc}") from exc
+        try:
+            decoded = json.loads(answer)
+        except ValueError:
+            raise OtherLLMError("the model endpoint did not answer with JSON") from None
+        return parse_completion(decoded)
 
     async def close(self) -> None:
-        """Close the HTTP client."""
-        if self._client is not None:
-            await self._client.close()
+        """Close the connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
-#: What ``chat.completions.create`` passes for every request: the API key as a bearer token.
-_OPTIONS: dict[str, Any] = {"security": {"bearer_auth": True}}
+#: Connections kept to the model endpoint at most (the openai SDK's default limit).
+MAX_CONNECTIONS = 1000
+USER_AGENT = "longchat (OpenAI-compatible client; aiohttp)"
 
 
 def parse_completion(data: Any) -> LLMResponse:
@@ -301,6 +335,6 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "BaseLLM", "LLMResponse", "ToolCall", "Usage", "OpenAILLM", "UnconfiguredLLM", "classify",
+    "BaseLLM", "LLMResponse", "ToolCall", "Usage", "OpenAILLM", "UnconfiguredLLM", "classify_status",
     "is_overflow", "with_retries", "parse_completion", "backoff_delay", "parse_arguments", "NO_MODEL_HINT", "LLMError",
 ]

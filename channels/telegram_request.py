@@ -14,14 +14,14 @@ jar to filter (the Bot API sets no cookies). yarl caches URL parsing itself.
 from __future__ import annotations
 
 import logging
-import ssl
 from typing import Any
-from urllib.parse import urlencode, urlsplit
-from urllib.request import getproxies, proxy_bypass
+from urllib.parse import urlencode
 
 import aiohttp
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
+
+from agent.http import EnvProxies, ssl_context
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +30,6 @@ _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 DefaultValue = type(BaseRequest.DEFAULT_NONE)
 #: Bound on the per-timeout cache: callers may pass any timeout.
 _CACHE_SIZE = 256
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """Verify against certifi's bundle when it is installed (as PTB's httpx backend does), else the system's."""
-    try:
-        import certifi
-    except ImportError:
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=certifi.where())
 
 
 class AiohttpRequest(BaseRequest):
@@ -59,7 +50,7 @@ class AiohttpRequest(BaseRequest):
         self._pool_timeout = pool_timeout
         self._media_write_timeout = media_write_timeout
         self._session: aiohttp.ClientSession | None = None
-        self._proxies: dict[tuple[str, str], str | None] = {}
+        self._proxies = EnvProxies()
         #: (pool, connect, write, read) -> ClientTimeout
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
 
@@ -71,7 +62,7 @@ class AiohttpRequest(BaseRequest):
     async def initialize(self) -> None:
         """Open the session (on the running loop)."""
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.connection_pool_size, ssl=_ssl_context())
+            connector = aiohttp.TCPConnector(limit=self.connection_pool_size, ssl=ssl_context())
             # The Bot API sets no cookies; the default jar still filters its (empty) contents per request.
             self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT},
                                                   cookie_jar=aiohttp.DummyCookieJar())
@@ -109,7 +100,7 @@ class AiohttpRequest(BaseRequest):
         try:
             body, headers = _body(fields, files)
             async with session.request(method, url, data=body, headers=headers, timeout=timeout,
-                                       proxy=self._proxy_for(url)) as response:
+                                       proxy=self._proxies.for_url(url)) as response:
                 return response.status, await response.read()
         except TimeoutError as exc:
             raise TimedOut from exc
@@ -130,19 +121,6 @@ class AiohttpRequest(BaseRequest):
                 self._timeouts.clear()
             self._timeouts[key] = timeout
         return timeout
-
-    def _proxy_for(self, url: str) -> str | None:
-        """The proxy for ``url`` from HTTPS_PROXY / HTTP_PROXY / NO_PROXY (as PTB's httpx backend honours
-        them), looked up once per host: aiohttp's own ``trust_env`` reads the environment and ~/.netrc on
-        every request, which cost ~1 ms a call under load."""
-        parts = urlsplit(url)
-        key = (parts.scheme, parts.hostname or "")
-        if key not in self._proxies:
-            proxy = getproxies().get(parts.scheme)
-            if proxy and parts.hostname and proxy_bypass(parts.hostname):
-                proxy = None
-            self._proxies[key] = proxy
-        return self._proxies[key]
 
 
 def _body(fields: dict[str, str] | None, files: dict[str, Any] | None) -> tuple[Any, dict[str, str] | None]:

@@ -1,6 +1,7 @@
 """Tests for agent/llm.py: error classification and retries, against a real loopback HTTP server."""
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,11 +12,14 @@ from agent.llm import OpenAILLM, backoff_delay, is_overflow, with_retries
 
 
 class Script:
-    """Responses to serve, in order: (status, body, headers)."""
+    """Responses to serve, in order: (status, body, headers); a body is JSON, or bytes sent as they are.
+    Each request's path and headers are recorded."""
 
     def __init__(self, *responses):
         self.responses = list(responses)
         self.calls = 0
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
 
 
 def ok_body(text="hi"):
@@ -32,8 +36,10 @@ def server():
         def do_POST(self):  # noqa: N802
             self.rfile.read(int(self.headers["Content-Length"]))
             script.calls += 1
+            script.paths.append(self.path)
+            script.headers.append({k.lower(): v for k, v in self.headers.items()})
             status, body, headers = script.responses.pop(0)
-            data = json.dumps(body).encode()
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -132,6 +138,96 @@ async def test_classification(server):
             await llm.complete([{"role": "user", "content": "x"}])
     finally:
         await llm.close()
+
+
+async def test_error_bodies_of_other_compatible_servers(server):
+    server.responses += [
+        (404, {"error": "model 'llama9' not found, try pulling it first"}, None),  # Ollama
+        (400, {"detail": "Invalid request"}, None),  # FastAPI-based servers
+        (400, {"error": {"message": "bad value", "code": 123}}, None),
+        (400, {"object": "error", "message": "This model's maximum context length is 4096 tokens"}, None),  # vLLM
+        (502, b"<html><body>Bad Gateway</body></html>", None),
+        (502, b"<html><body>Bad Gateway</body></html>", None),
+        (502, b"<html><body>Bad Gateway</body></html>", None),
+    ]
+    llm = OpenAILLM(api_key="k", base_url=server.url, model="m", retry_base_delay=0.01)
+    messages = [{"role": "user", "content": "x"}]
+    try:
+        with pytest.raises(OtherLLMError) as missing:
+            await llm.complete(messages)
+        with pytest.raises(OtherLLMError) as detail:
+            await llm.complete(messages)
+        with pytest.raises(OtherLLMError) as numbered:
+            await llm.complete(messages)
+        with pytest.raises(ContextOverflowError):
+            await llm.complete(messages)
+        with pytest.raises(TransientLLMError) as gateway:
+            await llm.complete(messages)
+    finally:
+        await llm.close()
+    assert (str(missing.value), missing.value.status) == ("model 'llama9' not found, try pulling it first", 404)
+    assert str(detail.value) == "Invalid request"
+    assert (str(numbered.value), numbered.value.code) == ("bad value", "123")
+    assert (gateway.value.status, str(gateway.value)) == (502, "<html><body>Bad Gateway</body></html>")
+    assert server.calls == 7
+
+
+async def test_headers_and_url(server):
+    server.responses += [(200, ok_body(), None), (200, ok_body(), None)]
+    with_key = OpenAILLM(api_key="sk-test", base_url=server.url + "/", model="m")
+    without = OpenAILLM(api_key="", base_url=server.url, model="m")
+    try:
+        await with_key.complete([{"role": "user", "content": "x"}])
+        await without.complete([{"role": "user", "content": "x"}])
+    finally:
+        await with_key.close()
+        await without.close()
+    assert server.paths == ["/v1/chat/completions"] * 2
+    first, second = server.headers
+    assert first["authorization"] == "Bearer sk-test"
+    assert first["content-type"] == "application/json"
+    assert "authorization" not in second  # a local server needs no key, so none is sent
+
+
+async def test_unreachable_endpoint_is_transient_and_retried():
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    llm = OpenAILLM(api_key="k", base_url=f"http://127.0.0.1:{port}/v1", model="m", retry_base_delay=0.01)
+    try:
+        with pytest.raises(TransientLLMError, match="cannot reach the model endpoint"):
+            await llm.complete([{"role": "user", "content": "x"}])
+    finally:
+        await llm.close()
+
+
+async def test_timeout_is_transient():
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        srv.latency = 2.0
+        llm = OpenAILLM(api_key="k", base_url=srv.base_url, model="m", timeout=0.2, retry_base_delay=0.01)
+        try:
+            with pytest.raises(TransientLLMError, match="timed out"):
+                await llm.complete([{"role": "user", "content": "x"}])
+        finally:
+            await llm.close()
+        assert len(srv.requests) == 3
+
+
+async def test_proxy_from_the_environment(server, monkeypatch):
+    server.responses += [(200, ok_body("via proxy"), None)]
+    proxy = server.url.rsplit("/v1", 1)[0]
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    # The host does not exist: only the proxy (our server) can answer.
+    llm = OpenAILLM(api_key="k", base_url="http://model.invalid/v1", model="m")
+    try:
+        assert (await llm.complete([{"role": "user", "content": "x"}])).content == "via proxy"
+    finally:
+        await llm.close()
+    assert server.paths == ["http://model.invalid/v1/chat/completions"]
 
 
 def test_is_overflow_rules():
