@@ -79,6 +79,7 @@ class Agent:
         self.sink = sink
         self.notes = notes
         self._counters: dict[str, TokenCounter] = {}
+        self._prompt_tokens: dict[tuple[str, str], int] = {}
 
     # --- helpers -------------------------------------------------------------------------
     def counter(self, model: str) -> TokenCounter:
@@ -101,7 +102,13 @@ class Agent:
         """The turn and token budgets for the history of this request."""
         cfg = self.config()
         counter = self.counter(cfg.model)
-        reserved = counter.count_text(system_prompt)
+        reserved = self._prompt_tokens.get((cfg.model, system_prompt))
+        if reserved is None:
+            # The persona is the same for every session (MEMORY.md aside): count it once per model.
+            reserved = counter.count_text(system_prompt)
+            if len(self._prompt_tokens) >= 256:
+                self._prompt_tokens.clear()
+            self._prompt_tokens[(cfg.model, system_prompt)] = reserved
         if state.summary:
             reserved += counter.count_text(state.summary) + 40
         window = context_window(cfg.model, cfg.model_context_window)

@@ -187,7 +187,7 @@ class SessionManager:
         if first_kept != start:
             await self.store.set_context_start(info.session_id, first_kept)
             state.context_start_seq = first_kept
-        if turns:
+        if len(window) > 1:  # not a new session holding only the message that just arrived
             logger.info("session %s restored: %d turns in context from seq %d", info.session_id,
                         len(kept), state.context_start_seq)
         return state

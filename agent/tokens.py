@@ -12,6 +12,7 @@ can be loaded, a documented estimate is used (:func:`estimate_tokens`); ``TokenC
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import logging
@@ -292,6 +293,7 @@ CONTEXT_WINDOWS: dict[str, int] = {
 DEFAULT_CONTEXT_WINDOW = 128_000
 
 
+@functools.lru_cache(maxsize=256)
 def context_window(model: str, override: int = 0) -> int:
     """The model's context window in tokens: ``override`` if positive, else the longest matching prefix."""
     if override > 0:

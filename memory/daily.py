@@ -35,7 +35,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import date as date_cls
@@ -135,6 +137,8 @@ class DailyMemory:
         self.zone = zone
         #: folders already checked (the system prompt reads MEMORY.md every turn: two realpath walks a turn)
         self._dirs: dict[str, Path] = {}
+        #: per session: MEMORY.md's path, its (mtime, size) when last read, and the text read
+        self._notes: dict[str, tuple[str, tuple[int, int] | None, str | None]] = {}
 
     # --- paths ------------------------------------------------------------------------------
     def session_dir(self, session_id: str) -> Path:
@@ -230,26 +234,50 @@ class DailyMemory:
         return dated + other
 
     def long_term_notes(self, session_id: str, max_lines: int = 200, max_chars: int = 8000) -> str | None:
-        """This session's MEMORY.md for the system prompt, cut to ``max_lines`` and ``max_chars``, or None."""
-        path = self.session_dir(session_id) / LONG_TERM_FILE
-        if path.is_symlink():
-            return None
-        text = _read_text(path)
-        if text is None or not text.strip():
-            return None
-        text = text.strip("\n")
-        lines = text.splitlines()
-        total_lines, total_chars = len(lines), len(text)
-        kept = "\n".join(lines[:max_lines])
-        if len(kept) > max_chars:
-            # Cut at the last whole line that fits; a single over-long line is cut hard.
-            head = kept[:max_chars + 1]
-            kept = head[:head.rfind("\n")] if "\n" in head else kept[:max_chars]
-        if kept == text:
-            return text
-        shown = len(kept.splitlines())
-        return (kept + f"\n[{LONG_TERM_FILE} cut: showing {shown} of {total_lines} lines, "
-                f"{len(kept):,} of {total_chars:,} characters]")
+        """This session's MEMORY.md for the system prompt, cut to ``max_lines`` and ``max_chars``, or None.
+
+        Asked before every model call: the file is read again only when its modification time or size
+        changed, so most calls cost one ``lstat``.
+        """
+        cached = self._notes.get(session_id)
+        if cached is None:
+            path, stamp = str(self.session_dir(session_id) / LONG_TERM_FILE), None
+        else:
+            path, stamp, _text = cached
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            new_stamp = None
+        else:
+            # A symlink is never followed out of the memory folder.
+            new_stamp = None if stat.S_ISLNK(st.st_mode) else (st.st_mtime_ns, st.st_size)
+        if cached is None or new_stamp != stamp:
+            text = _read_text(Path(path)) if new_stamp is not None else None
+            if len(self._notes) >= MAX_CACHED_DIRS:
+                self._notes.clear()
+            self._notes[session_id] = (path, new_stamp, text)
+        else:
+            text = cached[2]
+        return _cut_notes(text, max_lines, max_chars)
+
+
+def _cut_notes(text: str | None, max_lines: int, max_chars: int) -> str | None:
+    """MEMORY.md's text cut to ``max_lines`` and ``max_chars`` with a notice, or None when empty."""
+    if text is None or not text.strip():
+        return None
+    text = text.strip("\n")
+    lines = text.splitlines()
+    total_lines, total_chars = len(lines), len(text)
+    kept = "\n".join(lines[:max_lines])
+    if len(kept) > max_chars:
+        # Cut at the last whole line that fits; a single over-long line is cut hard.
+        head = kept[:max_chars + 1]
+        kept = head[:head.rfind("\n")] if "\n" in head else kept[:max_chars]
+    if kept == text:
+        return text
+    shown = len(kept.splitlines())
+    return (kept + f"\n[{LONG_TERM_FILE} cut: showing {shown} of {total_lines} lines, "
+            f"{len(kept):,} of {total_chars:,} characters]")
 
 
 def _read_text(path: Path) -> str | None:

@@ -215,6 +215,25 @@ def test_long_term_notes_absent_or_blank(mem: DailyMemory) -> None:
     assert mem.long_term_notes(SID) is None
 
 
+def test_long_term_notes_follow_edits_of_the_file(mem: DailyMemory, tmp_path: Path) -> None:
+    assert mem.long_term_notes(SID) is None  # no folder yet
+    folder = mem.session_dir(SID)
+    folder.mkdir(parents=True)
+    path = folder / "MEMORY.md"
+    path.write_text("- likes tea\n", encoding="utf-8")
+    assert mem.long_term_notes(SID) == "- likes tea"  # created after a miss
+    assert mem.long_term_notes(SID, max_chars=5) == "- lik\n[MEMORY.md cut: showing 1 of 1 lines, 5 of 11 characters]"
+    path.write_text("- likes coffee now\n", encoding="utf-8")
+    assert mem.long_term_notes(SID) == "- likes coffee now"  # edited
+    outside = tmp_path / "secret.md"
+    outside.write_text("not for the model", encoding="utf-8")
+    path.unlink()
+    path.symlink_to(outside)
+    assert mem.long_term_notes(SID) is None  # a symlink is never followed
+    path.unlink()
+    assert mem.long_term_notes(SID) is None  # deleted
+
+
 def test_long_term_notes_small_file_returned_whole(mem: DailyMemory) -> None:
     mem.session_dir(SID).mkdir(parents=True)
     (mem.session_dir(SID) / "MEMORY.md").write_text("- likes tea\n- lives in Lyon\n", encoding="utf-8")
