@@ -183,6 +183,7 @@ class App:
         services.config.on_change(lambda old, new: cleanup.reschedule())
         cfg = services.config.current
         freeze_heap()
+        tune_gc()
         self._warm_up("tokenizer", services.agent.counter, cfg.model)
         warm_ups = list(self._warm_ups)
 
@@ -254,6 +255,22 @@ def freeze_heap() -> None:
     built lives as long as the process anyway.
     """
     gc.freeze()
+
+
+#: Young-generation size before a collection (CPython's default is 700 allocations), and how many
+#: collections of each generation run before the next older one is collected (default 10 and 10).
+GC_THRESHOLDS = (20_000, 50, 100)
+
+
+def tune_gc() -> None:
+    """Collect the young generation less often.
+
+    A turn allocates thousands of objects, nearly all freed by reference counting; with the defaults the
+    collector ran several times a turn and took ~5% of the CPU in bench/concurrency.py (0.88 s of GC
+    callbacks over 4,500 turns); with these thresholds 0.27 s. The young generation then holds at most
+    a few MB more between collections.
+    """
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def main(argv: list[str] | None = None) -> int:
