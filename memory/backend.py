@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Dialect, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
@@ -121,9 +121,10 @@ class _Compiled:
         compiled = stmt.core.compile(dialect=dialect, column_keys=list(stmt.keys) if stmt.keys else None)
         self.sql = str(compiled)
         binds = compiled.binds
-        #: (name, processor or None, default) per position; a default serves binds SQLAlchemy added itself
+        #: (name, processor or None, required, default) per position; a default serves the binds SQLAlchemy
+        #: added itself (e.g. an OFFSET)
         self.binds = tuple((name, binds[name].type.dialect_impl(dialect).bind_processor(dialect),
-                            None if binds[name].required else binds[name].value)
+                            binds[name].required, binds[name].value)
                            for name in compiled.positiontup or ())
         core = stmt.core
         columns = core.selected_columns if hasattr(core, "selected_columns") else core.exported_columns
@@ -134,8 +135,14 @@ class _Compiled:
     def parameters(self, params: dict[str, Any]) -> tuple[Any, ...]:
         """The positional parameters for one execution."""
         out = []
-        for name, process, default in self.binds:
-            value = params[name] if name in params else default
+        for name, process, required, default in self.binds:
+            if name in params:
+                value = params[name]
+            elif required:  # as Core reports it
+                problem = f"A value is required for bind parameter {name!r}"
+                raise StatementError(problem, self.sql, params, InvalidRequestError(problem))
+            else:
+                value = default
             out.append(process(value) if process is not None else value)
         return tuple(out)
 

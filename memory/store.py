@@ -3,10 +3,11 @@
 Everything a user said is written here before the model sees it. Trimming only moves
 ``sessions.context_start_seq``; message rows are deleted only by the retention job.
 
-Each operation is a transaction function ``_fn(conn, ...)`` run by the backend (memory/backend.py):
-inline on SQLite, through ``run_sync`` on PostgreSQL. The statements of the per-turn paths are built
-once at import with bind parameters: building and cache-keying a statement per call cost more than
-executing it.
+Each operation is a transaction function run by the backend (memory/backend.py): inline on SQLite,
+through ``run_sync`` on PostgreSQL. The per-turn operations are ``_fn(tx, ...)`` on a
+:class:`~memory.backend.Tx`, with :class:`~memory.backend.Statement` values built once at import (on
+SQLite they run on the sqlite3 driver); maintenance operations are ``_fn(conn, ...)`` on a SQLAlchemy
+connection.
 """
 
 from __future__ import annotations
@@ -109,10 +110,10 @@ _J = _JOBS.c
 
 _SESSION_COLUMNS = (_S.session_id, _S.context_start_seq, _S.summary, _S.summary_turns, _S.summarized_through_seq,
                     _S.last_seq, _S.last_active)
-_SET_CONTEXT_START = Statement(update(_SESSIONS).where(_S.session_id == bindparam("sid"))
-                               .values(context_start_seq=bindparam("seq")))
 
 # --- the hot path: statements run through Backend.run_tx (on the driver on SQLite) --------------
+_SET_CONTEXT_START = Statement(update(_SESSIONS).where(_S.session_id == bindparam("sid"))
+                               .values(context_start_seq=bindparam("seq")))
 _GET_SESSION = Statement(select(*_SESSION_COLUMNS, _S.title).where(_S.session_id == bindparam("sid")))
 _SET_TITLE = Statement(update(_SESSIONS).where(_S.session_id == bindparam("sid")).values(title=bindparam("new_title")))
 _NEW_SESSION = Statement(insert(_SESSIONS), keys=(
