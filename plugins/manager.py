@@ -117,6 +117,8 @@ class PluginManager:
         self.extra = list(extra)
         self.plugins: dict[str, PluginInfo] = {}
         self._pm = self._new_pm()
+        #: per hook, its implementations in call order; plugins change only in load(), which empties it
+        self._impl_cache: dict[str, list[Any]] = {}
         self._modules: dict[str, ModuleType | None] = {}
         self._commands: dict[str, str] = {}  # command name -> plugin that registered it
         self._tools: dict[str, str] = {}  # tool name -> plugin
@@ -215,6 +217,7 @@ class PluginManager:
                 logger.warning("config.plugins names an unknown plugin %r%s", name,
                                f"; did you mean {hint[0]}?" if hint else "")
         self._pm, self.plugins = pm, plugins
+        self._impl_cache = {}
         self._call_register("register_commands", self._command_register)
         self._call_register("register_tools", self._tool_register)
         logger.info("plugins loaded: %s", ", ".join(n for n, i in plugins.items() if i.enabled) or "none")
@@ -251,11 +254,18 @@ class PluginManager:
             info.tools.clear()
 
     def _impls(self, hook: str) -> list[Any]:
-        """The hook's implementations: tryfirst ones, then in load order (built-ins first), then trylast ones."""
-        order = {name: i for i, name in enumerate(self.plugins)}
-        impls = getattr(self._pm.hook, hook).get_hookimpls()
-        return sorted(impls, key=lambda im: (0 if im.tryfirst else 2 if im.trylast else 1,
-                                             order.get(im.plugin_name, len(order))))
+        """The hook's implementations: tryfirst ones, then in load order (built-ins first), then trylast ones.
+
+        Asked twice a message (before_agent, after_reply), so the order is worked out once per load.
+        """
+        impls = self._impl_cache.get(hook)
+        if impls is None:
+            order = {name: i for i, name in enumerate(self.plugins)}
+            impls = sorted(getattr(self._pm.hook, hook).get_hookimpls(),
+                           key=lambda im: (0 if im.tryfirst else 2 if im.trylast else 1,
+                                           order.get(im.plugin_name, len(order))))
+            self._impl_cache[hook] = impls
+        return impls
 
     def _kwargs(self, impl: Any, **values: Any) -> dict[str, Any]:
         info = self.plugins.get(impl.plugin_name)

@@ -152,9 +152,11 @@ async def test_enabled_false_turns_a_plugin_off_and_on_live(tmp_path):
         assert await bot.admin("/config plugins.shout.enabled true") == "Set plugins.shout.enabled = true."
         assert await bot.say("/shout hey") == "HEY!"
         assert "loudness" in bot.tools.names()
+        assert await bot.say("hi") == "ECHO: HI!"  # its message hooks run from now on
         assert await bot.admin("/config plugins.shout.enabled false") == "Set plugins.shout.enabled = false."
         assert await bot.say("/shout hey") == UNKNOWN_COMMAND_REPLY.format(command="shout")
         assert "loudness" not in bot.tools.names()
+        assert await bot.say("hi") == "echo: hi"  # and no longer
 
 
 async def test_a_builtin_can_be_turned_off(tmp_path):
