@@ -25,7 +25,7 @@ async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCa
         raise ModuleNotFoundError(f"No module named {name!r}")
 
     app._warm_up("thing", ok)
-    app._warm_up("model SDK", broken, "nope")
+    app._warm_up("spell checker", broken, "nope")
     tasks = list(app._warm_ups)
     assert len(tasks) == 2
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -33,7 +33,7 @@ async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCa
     assert loop_thread == [False]
     assert not app._warm_ups
     failures = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert [r.getMessage() for r in failures] == ["loading the model SDK in the background failed"]
+    assert [r.getMessage() for r in failures] == ["loading the spell checker in the background failed"]
     assert failures[0].exc_info is not None and "nope" in str(failures[0].exc_info[1])
 
 
@@ -72,9 +72,10 @@ def test_run_loop_uses_uvloop_where_installed() -> None:
 
 
 def test_importing_the_app_leaves_heavy_packages_for_later() -> None:
-    # The model SDK (~0.6 s), python-telegram-bot and bs4 are imported when used, after "ready".
+    # aiohttp (the model client's, ~0.3 s), python-telegram-bot and bs4 are imported when used, after "ready".
     script = ("import sys, app\n"
-              "loaded = [m for m in ('openai', 'telegram', 'bs4', 'alembic', 'apscheduler') if m in sys.modules]\n"
+              "heavy = ('aiohttp', 'openai', 'telegram', 'bs4', 'alembic', 'apscheduler')\n"
+              "loaded = [m for m in heavy if m in sys.modules]\n"
               "assert not loaded, loaded\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent,
                           capture_output=True, text=True, timeout=60)
