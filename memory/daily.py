@@ -241,9 +241,9 @@ class DailyMemory:
         """
         cached = self._notes.get(session_id)
         if cached is None:
-            path, stamp = str(self.session_dir(session_id) / LONG_TERM_FILE), None
+            path, stamp, text = str(self.session_dir(session_id) / LONG_TERM_FILE), None, None
         else:
-            path, stamp, _text = cached
+            path, stamp, text = cached
         try:
             st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -256,8 +256,6 @@ class DailyMemory:
             if len(self._notes) >= MAX_CACHED_DIRS:
                 self._notes.clear()
             self._notes[session_id] = (path, new_stamp, text)
-        else:
-            text = cached[2]
         return _cut_notes(text, max_lines, max_chars)
 
 
