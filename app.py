@@ -37,7 +37,9 @@ from config import (
 from core.errors import ConfigError
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
+from dispatcher.leader import Leadership
 from memory.daily import DailyMemory
+from memory.locks import locks_for
 from memory.store import ConversationStore
 from memory.summarizer import Summarizer
 from plugins.builtin.config_watch import ConfigWatcher
@@ -49,6 +51,8 @@ logger = logging.getLogger("app")
 TURN_GRACE_SECONDS = 10.0
 #: How long a graceful stop waits for pending summaries; the rest run again at the next start.
 SUMMARY_GRACE_SECONDS = 10.0
+#: Several processes: seconds between two looks for summary jobs a dead process left pending.
+ORPHAN_SCAN_SECONDS = 30.0
 
 
 @dataclass
@@ -221,6 +225,7 @@ class App:
         self._warm_ups: set[asyncio.Task] = set()
         self._warm_up_done: asyncio.Task | None = None
         self._probe: asyncio.Task | None = None
+        self._adopt: asyncio.Task | None = None
         #: masks secrets in log lines; set by main() once logging is set up
         self.redact: Redactor | None = None
 
@@ -233,10 +238,13 @@ class App:
         holder = ConfigHolder(cfg, self.config_path)
         store = ConversationStore(cfg.database_url())
         await store.open()
+        # PostgreSQL coordinates several processes (DESIGN §10); on SQLite this process is alone.
+        locks = locks_for(cfg.database_url())
         llm = build_llm(cfg)
         tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone())
         summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=None, daily=daily)
+        summarizer.locks = locks
         sessions = SessionManager(store, holder, summarizer)
         summarizer.sessions = sessions
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
@@ -245,10 +253,13 @@ class App:
         summarizer.counter = agent.counter
         summarizer.window = model_window(holder)
         commands = CommandRegistry()
-        dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands)
+        dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands,
+                                locks=locks)
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
                             dispatcher=dispatcher, commands=commands, summarizer=summarizer, memory=daily)
         dispatcher.services = services
+        services.extras["locks"] = locks
+        services.extras["leadership"] = Leadership(locks)
         await dispatcher.load_admins()
         # plugins: commands, tools and message hooks; config.json edits apply live
         install_plugins(services)
@@ -317,8 +328,21 @@ class App:
 
         await services.extras["config_watcher"].start()
         cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
-        cleanup.start()
+        # The cleanup runs once across processes: on the leader (on SQLite, this process from the start).
+        leadership: Leadership = services.extras["leadership"]
+
+        async def lead_cleanup() -> None:
+            cleanup.start()
+
+        async def stop_cleanup() -> None:
+            cleanup.stop()
+
+        leadership.on_elected.append(lead_cleanup)
+        leadership.on_deposed.append(stop_cleanup)
+        await leadership.start()
         services.config.on_change(lambda old, new: cleanup.reschedule())
+        if services.extras["locks"].shared:
+            self._adopt = asyncio.create_task(adopt_summary_orphans(services.summarizer), name="summary orphans")
         cfg = services.config.current
         freeze_heap()
         self._warm_up("tokenizer", services.agent.counter, cfg.model)
@@ -361,6 +385,11 @@ class App:
         logger.info("stopping")
         if self._probe is not None:
             self._probe.cancel()
+        if self._adopt is not None:
+            self._adopt.cancel()
+        leadership = services.extras.get("leadership")
+        if leadership is not None:
+            await leadership.stop()  # stops the cleanup when this process led
         cleanup = services.extras.get("cleanup")
         if cleanup is not None:
             cleanup.stop()
@@ -381,8 +410,21 @@ class App:
                 await close()
         if cleanup is not None:
             await cleanup.wait_stopped(2.0)
+        locks = services.extras.get("locks")
+        if locks is not None:
+            await locks.close()
         await services.store.close()
         logger.info("stopped")
+
+
+async def adopt_summary_orphans(summarizer: Summarizer) -> None:
+    """Several processes: now and then, run the summary jobs a dead process left pending."""
+    while True:
+        await asyncio.sleep(ORPHAN_SCAN_SECONDS)
+        try:
+            await summarizer.adopt_orphans()
+        except Exception as exc:  # noqa: BLE001 - the database is away: the next scan tries again
+            logger.warning("looking for orphaned summary jobs failed (%s)", type(exc).__name__)
 
 
 def freeze_heap() -> None:

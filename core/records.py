@@ -48,6 +48,8 @@ class PendingIncoming:
     session_id: str
     user_seq: int | None
     payload: dict[str, Any]
+    #: the outbox: the reply kept before it was sent, if any
+    reply: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,10 @@ requeues what a crash left unanswered (live intake is held until it has); :mod:`
 the output side, and :mod:`dispatcher.outbox` delivers each final reply once, marking the message answered
 only when its platform accepted it. A failed turn gets one short sentence (:func:`error_reply`); a turn that
 failed because the database was away runs again once it is back.
+
+With several processes on one PostgreSQL database (DESIGN §10), a session's worker does not answer its
+item directly: it runs a claimed run (:mod:`dispatcher.claims`), which answers the session's unanswered
+journal entries in order if no other process holds the session.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from agent.session import SessionManager
 from channels.base import BaseChannel, IncomingMessage
 from core.workers import KeyedWorkers
 from dispatcher.background import GroupBackground
+from dispatcher.claims import Poke, SessionClaims, session_lock
 from dispatcher.commands import CommandRegistry
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
@@ -50,6 +55,7 @@ from dispatcher.replies import (
     with_prefix,
 )
 from dispatcher.resume import pending_items
+from memory.locks import LocalLocks, Locks
 from memory.store import ConversationStore, database_unavailable
 
 logger = logging.getLogger(__name__)
@@ -77,6 +83,7 @@ class Dispatcher:
         sessions: SessionManager,
         commands: CommandRegistry | None = None,
         services: Any = None,
+        locks: Locks | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -84,18 +91,21 @@ class Dispatcher:
         self.sessions = sessions
         self.commands = commands or CommandRegistry()
         self.services = services
+        #: who answers a session when several processes share the database (memory/locks.py)
+        self.locks: Locks = locks or LocalLocks()
+        self.claims = SessionClaims(self)
         self.hooks = MessageHooks()
         self.channels: dict[str, BaseChannel] = {}
         self.admin_grants: set[str] = set()
         # The slot bounds the turns' work (model calls, tools), not the delivery of their replies: a send
         # waits on the channel's own connection pool and rate limits. So _process takes it itself.
-        self._workers: KeyedWorkers[WorkItem] = KeyedWorkers(
+        self._workers: KeyedWorkers[WorkItem | Poke] = KeyedWorkers(
             self._process_queued, concurrency=config().max_concurrent_turns, hold_slot=False, name="session")
         self.outbox = Outbox(store, self.channels, self.send)
         #: seconds before a turn without an answer gets the "still working" note
         self.still_working_after = STILL_WORKING_AFTER
         self.db_retry_delay = DB_RETRY_DELAY
-        self._recent = RecentIds()
+        self.recent = RecentIds()
         #: what groups say without asking the bot (DESIGN §1.3)
         self.background = GroupBackground(store)
         self._late: set[asyncio.Future] = set()
@@ -132,6 +142,24 @@ class Dispatcher:
         """True while any session has queued or running work."""
         return self._workers.busy()
 
+    @property
+    def shared(self) -> bool:
+        """True when other processes may answer this database's sessions too (DESIGN §10)."""
+        return self.locks.shared
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`drain` began."""
+        return self._stopping
+
+    def session_busy(self, session_id: str) -> bool:
+        """True while the session has queued or running work here."""
+        return self._workers.busy(session_id)
+
+    def poke(self, session_id: str) -> None:
+        """Queue a claimed run of the session (several processes): its unanswered messages get answered."""
+        self._workers.submit(session_id, Poke())
+
     # --- intake --------------------------------------------------------------------------
     async def handle(self, msg: IncomingMessage) -> None:
         """Take one message from a channel. Returns once it is journalled (or ignored)."""
@@ -157,7 +185,7 @@ class Dispatcher:
             return None
         text, command = decision
         if msg.message_id:
-            if self._recent.seen(msg.channel, msg.message_id):
+            if self.recent.seen(msg.channel, msg.message_id):
                 logger.info("duplicate %s message %s ignored", msg.channel, msg.message_id)
                 return None
         else:
@@ -168,7 +196,9 @@ class Dispatcher:
         item = WorkItem(message=msg, info=info, text=text, command=command)
         # No queued or running work for this session: nothing can append to it before this turn starts.
         # (While intake is held, resumed messages not yet queued may still append theirs.)
+        # With other processes, another one may be in this session's turn: the user message waits for its own.
         item.store_with_intake = (command is None and msg.content_type == "text" and not self._stopping
+                                  and not self.shared
                                   and self._held is None and not self._turns.get(info.session_id))
         sid = info.session_id
         item.recorded = recorded = asyncio.ensure_future(self._record(item, self._last_record.get(sid)))
@@ -189,7 +219,7 @@ class Dispatcher:
     def _keep_background(self, msg: IncomingMessage, cfg: Any, bot_username: str) -> None:
         """Store an untriggered group message as its group's background (DESIGN §1.3), once per delivery."""
         text = background_text(msg, cfg, bot_username)
-        if text is not None and not (msg.message_id and self._recent.seen(msg.channel, msg.message_id)):
+        if text is not None and not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
             self.background.keep(msg, text)
 
     def _late_recorded(self, future: asyncio.Future) -> None:
@@ -230,6 +260,8 @@ class Dispatcher:
                                                     item.user_message, new)
         if recorded is not None:
             item.inbox_id, item.user_seq = recorded
+            if self.shared:
+                self.claims.local[item.inbox_id] = item
         return recorded
 
     def _enqueue(self, item: WorkItem) -> None:
@@ -253,10 +285,12 @@ class Dispatcher:
     async def resume_pending(self) -> int:
         """Queue every message that was stored but never answered (crash, kill -9, shutdown mid-turn),
         then the held live messages, in arrival order, behind them."""
+        if self.shared:
+            return await self._resume_shared()
         count = 0
         try:
             live_ids = self._live_ids if self._held is not None else None
-            async for item in pending_items(self.store, self.config(), self.channels, self._recent, live_ids):
+            async for item in pending_items(self.store, self.config(), self.channels, self.recent, live_ids):
                 self._enqueue(item)
                 count += 1
         finally:
@@ -267,6 +301,18 @@ class Dispatcher:
             logger.info("resuming %d unanswered message(s)", count)
         return count
 
+    async def _resume_shared(self) -> int:
+        """Several processes: every unanswered journal entry is answered by a claimed run of its session
+        (in journal order, so resumed and live messages cannot overtake each other); live ones are queued."""
+        held, self._held = self._held, None
+        for item in held or ():
+            self._enqueue(item)
+        count = await self.claims.sweep()
+        self.claims.start()
+        if count:
+            logger.info("%d session(s) with unanswered messages to claim", count)
+        return count
+
     async def _live_ids(self) -> set[int]:
         """Journal ids of the messages received live since start (their journal writes awaited)."""
         held = list(self._held or ())
@@ -275,8 +321,13 @@ class Dispatcher:
         return {item.inbox_id for item in held if item.inbox_id is not None}
 
     # --- one work item, on its session's worker ------------------------------------------
-    async def _process_queued(self, session_id: str, item: WorkItem) -> None:
+    async def _process_queued(self, session_id: str, item: WorkItem | Poke) -> None:
+        if isinstance(item, Poke):
+            await self.claims.run(session_id)
+            return
         try:
+            if item.handled:  # a claimed run of its session answered it already
+                return
             try:
                 recorded = await self._journalled(item)
             except Exception as exc:  # noqa: BLE001 - the database refused the message
@@ -284,7 +335,21 @@ class Dispatcher:
                 return
             if recorded is None:
                 logger.info("duplicate %s message %s ignored", item.message.channel, item.message.message_id)
+                if self.shared:  # a redelivery: the process that took the first copy may have died
+                    await self.claims.run(session_id)
                 return
+            if self.shared:
+                await self.claims.run(session_id)
+                return
+            await self._process(item)
+        finally:
+            self._turn_finished(item)
+            if item.inbox_id is not None:
+                self.claims.local.pop(item.inbox_id, None)
+
+    async def answer_claimed(self, item: WorkItem) -> None:
+        """Answer one message of a claimed run (dispatcher/claims.py)."""
+        try:
             await self._process(item)
         finally:
             self._turn_finished(item)
@@ -337,6 +402,10 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - one error path for everything
                 failure: Exception = exc
             retries = await self._recover(item, failure, retries)
+            if retries < 0:
+                logger.warning("session %s: another process took the session over while the database was away; "
+                               "leaving message %s to it", item.info.session_id, item.inbox_id)
+                return
             if retries > DB_RETRIES:
                 outcome = f"error {type(failure).__name__}"
                 reply = error_reply(item.info.session_id, failure, self.config())
@@ -398,7 +467,9 @@ class Dispatcher:
         """After a failed turn: when the database went away (a PostgreSQL restart), wait until the turn can
         run again from what is stored, so it is answered within seconds instead of at the next start.
 
-        Returns the retries used so far; more than ``DB_RETRIES`` means give up (or not a database failure).
+        Returns the retries used so far; more than ``DB_RETRIES`` means give up (or not a database failure),
+        and -1 that the session's claim was lost with the database connection (several processes): the
+        message stays unanswered for whichever process claims the session next.
         """
         while database_unavailable(failure) and retries < DB_RETRIES:
             retries += 1
@@ -406,6 +477,10 @@ class Dispatcher:
                            "(%d/%d)", item.info.session_id, type(failure).__name__, self.db_retry_delay, retries,
                            DB_RETRIES)
             await asyncio.sleep(self.db_retry_delay)
+            if self.shared and (not await self.locks.ping()
+                                or not self.locks.held(session_lock(item.info.session_id))):
+                self.sessions.forget(item.info.session_id)
+                return -1
             # What the turn kept in memory may not match what was stored: rebuild it from the database.
             self.sessions.forget(item.info.session_id)
             item.user_message = None
@@ -438,6 +513,7 @@ class Dispatcher:
     async def drain(self, grace: float) -> bool:
         """Stop taking messages and wait up to ``grace`` s for queued turns. True if all finished."""
         self._stopping = True
+        await self.claims.stop()
         unfinished = await self._workers.drain(grace)
         await self.flush_intake()
         if unfinished:

@@ -50,6 +50,8 @@ class WorkItem:
     #: a resumed item whose reply was kept in the outbox before the crash: it is sent, not made again
     reply: str | None = None
     turn_finished: bool = False
+    #: answered (or being answered) by a claimed run of its session (several processes, dispatcher/claims.py)
+    handled: bool = False
     received: float = field(default_factory=time.perf_counter)
 
 

@@ -45,13 +45,14 @@ async def pending_items(store: ConversationStore, cfg: Any, channels: Mapping[st
         if live_ids is None and (msg.channel, msg.message_id) in recent:
             continue
         recent.add(msg.channel, msg.message_id)
-        item = await _item(store, cfg, channel, row, msg)
+        item = await resumed_item(store, cfg, channel, row, msg)
         item.reply = replies.get(row.id)
         yield item
 
 
-async def _item(store: ConversationStore, cfg: Any, channel: BaseChannel, row: PendingIncoming,
-                msg: IncomingMessage) -> WorkItem:
+async def resumed_item(store: ConversationStore, cfg: Any, channel: BaseChannel, row: PendingIncoming,
+                       msg: IncomingMessage) -> WorkItem:
+    """The work item of a journalled message, in the session it was journalled in."""
     info = session_for(msg, cfg)
     if info.session_id != row.session_id:
         # group_shared_session changed since the message was journalled: it stays in its own session.

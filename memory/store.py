@@ -442,3 +442,25 @@ class ConversationStore:
         """Delete one batch of group background rows received before ``cutoff``; return how many."""
         assert self.database is not None, "store is not open"
         return await self.database.run_long(delete_old_group_messages, cutoff, batch)
+
+    # --- several processes (DESIGN §10) ----------------------------------------------------
+    async def pending_sessions(self, channels: list[str]) -> list[str]:
+        """Sessions with unanswered messages of the given channels."""
+        return await self.run(_scalars, select(_I.session_id).where(
+            _I.status == "pending", _I.channel.in_(channels)).distinct())
+
+    async def pending_of_session(self, session_id: str, channels: list[str]) -> list[PendingIncoming]:
+        """A session's unanswered messages of the given channels, oldest first, with their kept replies."""
+        rows = await self.run(_all, select(_I.id, _I.session_id, _I.user_seq, _I.payload, _I.reply).where(
+            _I.session_id == session_id, _I.status == "pending", _I.channel.in_(channels)).order_by(_I.id))
+        return [PendingIncoming(*row) for row in rows]
+
+    async def summary_job_pending(self, job_id: int) -> bool:
+        """True while the job is not finished (another process may have run it meanwhile)."""
+        return await self.run(_scalar, select(_J.status).where(_J.id == job_id)) == "pending"
+
+    async def orphaned_summary_jobs(self, older_than: datetime) -> list[SummaryJob]:
+        """Jobs still pending that were journalled before ``older_than`` (a dead process may have left them)."""
+        rows = await self.run(_all, select(_J.id, _J.session_id, _J.reason, _J.from_seq, _J.through_seq, _J.attempts)
+                              .where(_J.status == "pending", _J.created_at < older_than).order_by(_J.id))
+        return [SummaryJob(*row) for row in rows]

@@ -35,6 +35,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from core.errors import AuthLLMError, ContextOverflowError, NotConfiguredError
@@ -43,6 +44,8 @@ from core.records import SessionRecord
 from core.workers import KeyedWorkers
 from memory.daily import DailyMemory, OnWritten, notify_written
 from memory.facts import CheckResult, check_summary, with_kept_lines
+from memory.locks import LocalLocks, Locks
+from memory.models import utcnow
 from memory.store import ConversationStore
 from memory.summary_parts import rough_tokens, summarise_entries
 from memory.summary_text import (
@@ -71,6 +74,10 @@ REQUEST_FRAMING_TOKENS = 16
 ROLLING_SHARE = 0.1
 #: ... and never more than this many tokens.
 ROLLING_MAX_TOKENS = 4_000
+#: Several processes: a pending job journalled this many seconds ago with no worker is adopted by another process.
+ORPHAN_AGE = 60.0
+#: Several processes: how often a job waits to retry its session's summary lock held elsewhere (seconds).
+LOCK_RETRY_SECONDS = 0.5
 
 
 @dataclass(eq=False)
@@ -146,6 +153,9 @@ class Summarizer:
         self._tails: dict[str, asyncio.Future] = {}
         #: one FIFO worker per session, at most ``concurrency`` jobs running at once
         self._workers: KeyedWorkers[_Job] = KeyedWorkers(self._run_queued, concurrency=concurrency, name="summary")
+        #: several processes (DESIGN §10): a session's jobs run under the lock ``summary:<id>``, and each
+        #: job once, by whichever process takes it first
+        self.locks: Locks = LocalLocks()
         self._queued: set[int] = set()
         self._clears: dict[str, int] = {}
         #: jobs cancelled by drain(): they run first when their session gets a new job, or at start()
@@ -228,10 +238,25 @@ class Summarizer:
         if self._tails.get(job.session_id) is job.settled:
             del self._tails[job.session_id]
 
+    async def adopt_orphans(self, older_than: float = ORPHAN_AGE) -> int:
+        """Several processes: queue pending jobs journalled over ``older_than`` s ago that no worker here has
+        (a process that died left them); each runs once, wherever it is taken first. Returns how many."""
+        cutoff = utcnow() - timedelta(seconds=older_than)
+        jobs = [j for j in await self.store.orphaned_summary_jobs(cutoff) if j.id not in self._queued]
+        for j in jobs:
+            self._enqueue(_Job(j.id, j.session_id, j.reason, j.from_seq, j.through_seq,
+                               self._clears.get(j.session_id, 0)))
+        if jobs:
+            logger.info("adopted %d pending summary job(s)", len(jobs))
+        return len(jobs)
+
     async def _run_queued(self, session_id: str, job: _Job) -> None:
         """Run one job on its session's worker and settle its ``done`` future."""
         try:
-            outcome = await self._run(job)
+            if self.locks.shared:
+                outcome = await self._run_claimed(job)
+            else:
+                outcome = await self._run(job)
         except Exception as exc:  # noqa: BLE001 - the job stays journalled for the next start
             logger.exception("summary job %d (session %s) failed; it runs again at the next start",
                              job.id, session_id)
@@ -243,6 +268,21 @@ class Summarizer:
         finally:
             self._settle(job)
         self._queued.discard(job.id)
+
+    async def _run_claimed(self, job: _Job) -> _Outcome:
+        """Several processes: run the job under its session's summary lock, unless another process ran it."""
+        name = f"summary:{job.session_id}"
+        # Another process runs a job of this session; a blocking pg_advisory_lock would hold up the one lock
+        # connection every claim of this process shares, so poll.
+        while not await self.locks.try_acquire(name):  # noqa: ASYNC110
+            await asyncio.sleep(LOCK_RETRY_SECONDS)
+        try:
+            if not await self.store.summary_job_pending(job.id):
+                logger.info("summary job %d (session %s) was run by another process", job.id, job.session_id)
+                return _Outcome(None, None, 0, "skipped")
+            return await self._run(job)
+        finally:
+            await self.locks.release(name)
 
     def _strand(self, session_id: str, jobs: list[_Job]) -> None:
         """Keep jobs cancelled by drain() (still journalled) to run before the session's next job."""

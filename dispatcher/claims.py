@@ -1,0 +1,190 @@
+"""Sessions claimed across processes: the journal is the queue, PostgreSQL the coordinator (DESIGN §10).
+
+With several processes on one PostgreSQL database, any process may journal a message, and whichever
+process holds the session's advisory lock (:mod:`memory.locks`) answers the session's unanswered messages,
+one at a time, in journal order. A claimed run:
+
+1. takes the lock ``session:<id>`` with ``pg_try_advisory_lock``; when another process holds it, that
+   process answers this message too, so the run ends here;
+2. drops the session's in-memory context when the stored session moved on (another process answered it
+   meanwhile), so the turn sees what was said there;
+3. answers the session's pending messages oldest first, the ones this process received through their
+   live work items (streaming, the stored user message) and the others from the journal, like crash resume;
+4. releases the lock and looks once more: a message journalled by another process while the lock was held
+   found it taken, so its process left it to this one.
+
+A process that dies mid-turn loses its connection, and the server frees its locks at once. Its unanswered
+messages are found by the other processes' sweep (every :data:`SWEEP_INTERVAL` s) and answered once: a
+reply the dead process had kept in the outbox is sent as it was instead of running the turn again.
+
+On SQLite (one process, :class:`memory.locks.LocalLocks`) none of this runs: the dispatcher queues live
+items directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from channels.base import IncomingMessage
+from core.records import PendingIncoming
+from dispatcher.intake import WorkItem
+from dispatcher.resume import resumed_item
+from memory.store import database_unavailable
+
+if TYPE_CHECKING:
+    from dispatcher.dispatcher import Dispatcher
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks for unanswered messages nobody holds (a dead process's, or a message whose
+#: poke was missed); it bounds how long a takeover waits after a process died.
+SWEEP_INTERVAL = 2.0
+
+
+class Poke:
+    """A work item that only asks its session's worker to run a claimed run."""
+
+    __slots__ = ()
+
+
+def session_lock(session_id: str) -> str:
+    """The lock name that makes one process the answerer of a session."""
+    return f"session:{session_id}"
+
+
+class SessionClaims:
+    """Claimed runs of sessions, for a dispatcher whose locks are shared with other processes."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.d = dispatcher
+        #: live work items of this process by journal id, from their journal write until their worker ends
+        self.local: dict[int, WorkItem] = {}
+        #: per session in memory here: (last_seq, context_start_seq) as stored when this process last let
+        #: it go; anything else at the next claim means another process changed it meanwhile
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._sweeper: asyncio.Task | None = None
+
+    @property
+    def locks(self) -> Any:
+        """The dispatcher's locks."""
+        return self.d.locks
+
+    def channels(self) -> list[str]:
+        """The channels this process can answer through."""
+        return list(self.d.channels)
+
+    # --- one claimed run --------------------------------------------------------------------
+    async def run(self, session_id: str) -> int:
+        """Answer the session's unanswered messages if no other process holds it; return how many."""
+        name = session_lock(session_id)
+        try:
+            if not await self.locks.try_acquire(name):
+                return 0
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            logger.warning("session %s: the database is unavailable (%s); the sweep tries again",
+                           session_id, type(exc).__name__)
+            return 0
+        answered = 0
+        try:
+            await self._sync_context(session_id)
+            tried: set[int] = set()
+            while not self.d.stopping:
+                rows = [r for r in await self.d.store.pending_of_session(session_id, self.channels())
+                        if r.id not in tried]
+                if not rows:
+                    break
+                for row in rows:
+                    if self.d.stopping or not self.locks.held(name):
+                        break
+                    tried.add(row.id)
+                    item = self.local.get(row.id) or await self._journal_item(row)
+                    if item is None or item.handled:
+                        continue
+                    item.handled = True
+                    await self.d.answer_claimed(item)
+                    answered += 1
+            await self._remember(session_id)
+        finally:
+            await self.locks.release(name)
+        # A message journalled meanwhile by another process found the lock taken and was left to us.
+        if not self.d.stopping and await self._still_pending(session_id):
+            self.d.poke(session_id)
+        return answered
+
+    async def _still_pending(self, session_id: str) -> bool:
+        try:
+            return bool(await self.d.store.pending_of_session(session_id, self.channels()))
+        except Exception as exc:  # noqa: BLE001 - the sweep looks again
+            logger.debug("session %s: pending check failed (%s)", session_id, type(exc).__name__)
+            return False
+
+    async def _journal_item(self, row: PendingIncoming) -> WorkItem | None:
+        """A work item for a message this process did not receive live (another process's, or a dead one's)."""
+        msg = IncomingMessage.from_json(row.payload)
+        channel = self.d.channels.get(msg.channel)
+        if channel is None:
+            return None
+        self.d.recent.add(msg.channel, msg.message_id)
+        item = await resumed_item(self.d.store, self.d.config(), channel, row, msg)
+        item.reply = row.reply
+        item.turn_finished = True  # it was never counted as queued here
+        return item
+
+    async def _sync_context(self, session_id: str) -> None:
+        """Drop the in-memory context when the stored session moved on without this process."""
+        seen = self._seen.pop(session_id, None)
+        if self.d.sessions.peek(session_id) is None:
+            return
+        record = await self.d.store.get_session(session_id)
+        if record is None or seen != (record.last_seq, record.context_start_seq):
+            logger.info("session %s: changed by another process; context reloaded from the database", session_id)
+            self.d.sessions.forget(session_id)
+
+    async def _remember(self, session_id: str) -> None:
+        """Note how the session is stored as this process lets it go (its context stays in memory)."""
+        if self.d.sessions.peek(session_id) is None:
+            return
+        record = await self.d.store.get_session(session_id)
+        if record is not None:
+            self._seen[session_id] = (record.last_seq, record.context_start_seq)
+
+    # --- the sweep --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start sweeping for unanswered messages that no process is answering."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="session-sweep")
+
+    async def stop(self) -> None:
+        """Stop sweeping."""
+        task, self._sweeper = self._sweeper, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def sweep(self) -> int:
+        """Poke every session with unanswered messages that has no work here; return how many."""
+        if not await self.locks.ping():
+            return 0
+        for session_id in [sid for sid in self._seen if self.d.sessions.peek(sid) is None]:
+            del self._seen[session_id]  # dropped from memory here: nothing to compare at the next claim
+        poked = 0
+        for session_id in await self.d.store.pending_sessions(self.channels()):
+            if not self.d.session_busy(session_id):
+                self.d.poke(session_id)
+                poked += 1
+        return poked
+
+    async def _sweep_forever(self, interval: Callable[[], float] = lambda: SWEEP_INTERVAL) -> None:
+        while True:
+            await asyncio.sleep(interval())
+            if self.d.stopping:
+                return
+            try:
+                await self.sweep()
+            except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+                logger.warning("sweep for unanswered messages failed (%s: %s)", type(exc).__name__, exc)
