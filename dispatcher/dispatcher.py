@@ -137,6 +137,14 @@ class Dispatcher:
         key = f"{msg.channel}:{msg.user_id}"
         return key in self.config().admin_users or key in self.admin_grants
 
+    async def _is_admin_now(self, msg: IncomingMessage) -> bool:
+        """:meth:`is_admin`; with other processes, a user not known as admin here is looked up again (an
+        /auth answered by another process granted it in the database)."""
+        if self.is_admin(msg) or not self.shared:
+            return self.is_admin(msg)
+        await self.load_admins()
+        return self.is_admin(msg)
+
     @property
     def busy(self) -> bool:
         """True while any session has queued or running work."""
@@ -442,7 +450,8 @@ class Dispatcher:
                 typing = asyncio.create_task(keep_typing(channel, item.message, streamed))
                 if item.command is not None:
                     outcome = f"command /{item.command.command}"
-                    reply = await run_command(self.commands, item, self.is_admin(item.message), self.services)
+                    reply = await run_command(self.commands, item, await self._is_admin_now(item.message),
+                                              self.services)
                 elif item.message.content_type != "text":
                     outcome, reply = "non-text", TEXT_ONLY_REPLY
                 else:

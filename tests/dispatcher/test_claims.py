@@ -145,3 +145,12 @@ async def test_a_redelivery_of_an_orphaned_message_is_answered_once(pg_url, tmp_
         await a.dispatcher.handle(msg)
         await settle(a)
         assert [t for _, t in sent] == ["echo: orphan"]
+
+
+async def test_an_admin_granted_by_another_process_is_an_admin_here(pg_url, tmp_path):
+    sent: list = []
+    async with Process(tmp_path / "a", pg_url, sent) as a, Process(tmp_path / "b", pg_url, sent) as b:
+        msg = b.channel.message("/config", user_id="7", chat_id="7")
+        assert not await b.dispatcher._is_admin_now(msg)
+        await a.store.grant_admin("telegram:7")  # /auth answered by process a
+        assert await b.dispatcher._is_admin_now(msg)
