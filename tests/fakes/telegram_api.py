@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tests.fakes.http_server import FakeService
 from tests.fakes.telegram_html import HTMLParseError, parse_telegram_html
+from tests.fakes.webhooks import WebhookRouter
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,14 @@ class FakeTelegramAPI(FakeService):
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []
         self._delivery_threads: list[threading.Thread] = []
+        #: set by :meth:`set_webhook_targets`: several bot processes behind one webhook
+        self.webhook_router: WebhookRouter | None = None
+        #: ``(time.monotonic(), owner)`` of every getUpdates call; owner is ``peer_owner(client address)``
+        self.pollers: list[tuple[float, Any]] = []
+        #: maps a client's (host, port) to who it is (e.g. a process id); None keeps the address
+        self.peer_owner: Any = None
+        self._peer = threading.local()
+        self._poll_generation = 0
 
     # --- lifecycle (FakeService) ---------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -115,12 +124,20 @@ class FakeTelegramAPI(FakeService):
         self._stopping = False
 
     def _wake(self) -> None:
+        if self.webhook_router is not None:
+            self.webhook_router.stop()
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
 
     def _threads(self) -> list[threading.Thread]:
-        return self._delivery_threads
+        return self._delivery_threads + (self.webhook_router.threads() if self.webhook_router else [])
+
+    def set_webhook_targets(self, targets: list[str], **options: Any) -> WebhookRouter:
+        """Deliver webhook updates to ``targets`` (round robin, per chat in order, redelivered on failure)
+        instead of the URL the bots registered; ``options`` go to :class:`WebhookRouter`."""
+        self.webhook_router = WebhookRouter(targets, **options)
+        return self.webhook_router
 
     @property
     def base_url(self) -> str:
@@ -258,11 +275,21 @@ class FakeTelegramAPI(FakeService):
         timeout = float(params.get("timeout") or 0)
         limit = int(params.get("limit") or 100)
         deadline = time.monotonic() + timeout
+        peer = getattr(self._peer, "value", None)
+        owner = self.peer_owner(peer) if self.peer_owner is not None and peer is not None else peer
         with self._cond:
             if self.webhook:
                 raise TelegramAPIError(409, "Conflict: can't use getUpdates method while webhook is active; "
                                             "use deleteWebhook to delete the webhook first")
+            # Like Telegram, a new getUpdates ends the one still waiting (a second bot instance).
+            self.pollers.append((time.monotonic(), owner))
+            self._poll_generation += 1
+            mine = self._poll_generation
+            self._cond.notify_all()
             while True:
+                if self._poll_generation != mine:
+                    raise TelegramAPIError(409, "Conflict: terminated by other getUpdates request; make sure that "
+                                                "only one bot instance is running")
                 if offset:
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
                 if self._updates or self._stopping:
@@ -380,6 +407,9 @@ class FakeTelegramAPI(FakeService):
     def _deliver_webhook(self, update: dict[str, Any]) -> None:
         """POST ``update`` to the webhook from a helper thread (the bot may run on the caller's loop)."""
         hook = dict(self.webhook or {})
+        if self.webhook_router is not None:
+            self.webhook_router.submit(hook, update)
+            return
         thread = threading.Thread(target=self._post_webhook, args=(hook, update), name="fake-telegram-webhook",
                                   daemon=True)
         self._delivery_threads.append(thread)
@@ -458,6 +488,7 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
                 return
             params = decode_params(parse_qsl(url.query))
             params.update(self._body_params(raw))
+            api._peer.value = self.client_address
             try:
                 result = api.call(parts[1], params)
             except TelegramAPIError as exc:
