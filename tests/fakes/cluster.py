@@ -238,20 +238,23 @@ class Cluster:
         self.sent.append((chat, i))
         return chat, i
 
-    def numbered_replies(self) -> int:
-        """How many numbered answers the bots have sent so far."""
-        return sum(len(v) for v in replies_by_chat(list(self.api.sent)).values())
+    def progress(self) -> tuple[int, int]:
+        """(messages of :attr:`sent` answered at least once, answers to their chats so far)."""
+        chats = {chat for chat, _ in self.sent}
+        replies = {chat: indexes for chat, indexes in replies_by_chat(list(self.api.sent)).items() if chat in chats}
+        answered = {(chat, i) for chat, indexes in replies.items() for i in indexes}
+        return sum(key in answered for key in set(self.sent)), sum(len(v) for v in replies.values())
 
     def wait_settled(self, timeout: float = 30, quiet: float = 2.0) -> bool:
-        """Wait until every sent message has a numbered answer and nothing more came for ``quiet`` s, or until
+        """Wait until every sent message has an answer and no more answers came for ``quiet`` s, or until
         ``timeout``; True when it settled with every message answered."""
         deadline = time.monotonic() + timeout
-        last, quiet_since = -1, time.monotonic()
+        last, quiet_since = (-1, -1), time.monotonic()
         while time.monotonic() < deadline:
-            n = self.numbered_replies()
-            if n != last:
-                last, quiet_since = n, time.monotonic()
-            elif n >= len(self.sent) and time.monotonic() - quiet_since >= quiet:
+            now = self.progress()
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+            elif now[0] >= len(set(self.sent)) and time.monotonic() - quiet_since >= quiet:
                 return True
             time.sleep(0.1)
         return False

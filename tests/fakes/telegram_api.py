@@ -452,14 +452,14 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
 
         def _reply(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
             try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
                 self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a cancelled long poll)
-                pass
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a cancelled long poll, a killed bot)
+                self.close_connection = True
 
         def _error(self, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
             body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
