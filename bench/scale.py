@@ -265,8 +265,9 @@ def main() -> None:
             db_url = stack.enter_context(pg).url
         lb = "nginx" if args.nginx else "fake round robin"
         shared = "one shared config.json" if webhook_port_env_supported() else "a config file per process"
-        print(f"PostgreSQL {'(given)' if args.db_url else '(throwaway)'}, load balancer: {lb}, {shared}; "
-              f"{os.cpu_count()} cores", file=sys.stderr)
+        webhook = f"webhook: load balancer {lb}, {shared}; " if args.only != "polling" else ""
+        print(f"PostgreSQL {'(given)' if args.db_url else '(throwaway)'}; {webhook}{os.cpu_count()} cores, "
+              f"load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
         if args.only in ("", "throughput"):
             results: dict[int, list[dict[str, float]]] = {1: [], 3: []}
             for run in range(args.runs):

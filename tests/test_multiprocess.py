@@ -47,25 +47,9 @@ def running(folder: Path, processes: int, mode: str = "webhook", seed=None, **kw
             cluster.stop()
 
 
-# Starting processes costs seconds each, so tests share clusters: each uses its own chats.
-@pytest.fixture(scope="module")
-def two(tmp_path_factory):
-    with running(tmp_path_factory.mktemp("two"), 2) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def three(tmp_path_factory):
-    """Three webhook processes; an expired session is seeded before they start (for the cleanup test). The
-    kill test, last in this file, leaves one process dead."""
-    with running(tmp_path_factory.mktemp("three"), 3, seed=seed_expired_session) as cluster:
-        yield cluster
-
-
 @pytest.fixture
-def fresh(request):
-    """The named shared cluster, with this test's counters empty and the model quick."""
-    cluster: Cluster = request.getfixturevalue(request.param)
+def fresh(cluster: Cluster) -> Iterator[Cluster]:
+    """The class's shared cluster, with this test's counters empty and the model quick."""
     cluster.sent.clear()
     cluster.llm.latency = 0.0
     yield cluster
@@ -113,9 +97,9 @@ def assert_context_current(llm: FakeOpenAIServer, cluster: Cluster) -> None:
             assert not any(t.startswith(f"c{chat} m") and int(t.split("m")[1]) > i for t in user_texts(body))
 
 
-@pytest.mark.parametrize("fresh, chats", [("two", 7), ("three", 8)], indirect=["fresh"])
-def test_webhook_processes_answer_each_message_once_in_order(fresh, chats):
-    cluster = fresh
+def check_order(cluster: Cluster, chats: int) -> None:
+    """Each chat's messages, spread over the processes, are answered once and in order with the turn before
+    in context."""
     cluster.llm.latency = 0.2  # turns overlap: a chat's next message arrives at another process while one runs
     send_rounds(cluster, chats, rounds=4)
     settled = cluster.wait_settled(timeout=30)
@@ -126,55 +110,73 @@ def test_webhook_processes_answer_each_message_once_in_order(fresh, chats):
     assert_context_current(cluster.llm, cluster)
 
 
-@pytest.mark.parametrize("fresh", ["three"], indirect=True)
-def test_cleanup_job_runs_once_across_processes(fresh):
-    cluster = fresh
-    started = cluster.started_at
-    # the startup run comes within 10 s of each start; wait for one, then for the others' windows to pass
-    while sum(cluster.count_in_logs(CLEANUP_RUN)) == 0 and time.monotonic() - started < 15:
-        time.sleep(0.2)
-    time.sleep(max(0.0, started + 11 - time.monotonic()))
-    runs = cluster.count_in_logs(CLEANUP_RUN)
-    assert sum(runs) == 1, f"cleanup runs per process: {runs}"
-    assert asyncio.run(session_exists(cluster.db_url, EXPIRED_SESSION)) is False
+# Starting processes costs seconds each, so the tests of a class share its processes (each uses its own
+# chats); a class's processes stop at its end.
+class TestTwoWebhookProcesses:
+    @pytest.fixture(scope="class")
+    def cluster(self, tmp_path_factory):
+        with running(tmp_path_factory.mktemp("two"), 2) as cluster:
+            yield cluster
+
+    def test_each_message_is_answered_once_in_order(self, fresh):
+        check_order(fresh, chats=7)
+
+    def test_config_set_in_one_process_reaches_the_others(self, fresh):
+        cluster, api = fresh, fresh.api
+        if not cluster.shared_config:
+            pytest.fail("the processes cannot share config.json: this app.py does not read TELEGRAM_WEBHOOK_PORT")
+        router = api.webhook_router
+        assert router is not None
+        router.pinned[ADMIN_ID] = cluster.webhook_urls[0]
+        api.push_text(ADMIN_ID, "/config agent_max_steps 9", user_id=ADMIN_ID)
+        wait_texts(api, ADMIN_ID, 1)
+        assert api.chat_texts(ADMIN_ID)[0].startswith("Set agent_max_steps = 9")
+        time.sleep(2.0)  # config.json edits apply within 2 s (DESIGN §1.5)
+        router.pinned[ADMIN_ID] = cluster.webhook_urls[1]
+        api.push_text(ADMIN_ID, "/config agent_max_steps", user_id=ADMIN_ID)
+        wait_texts(api, ADMIN_ID, 2)
+        assert api.chat_texts(ADMIN_ID)[1] == "agent_max_steps = 9"
+        assert [a.target for a in router.attempts if a.chat_id == ADMIN_ID and a.status == 200] == cluster.webhook_urls
 
 
-@pytest.mark.parametrize("fresh", ["two"], indirect=True)
-def test_config_set_in_one_process_reaches_the_others(fresh):
-    cluster, api = fresh, fresh.api
-    if not cluster.shared_config:
-        pytest.fail("the processes cannot share config.json: this app.py does not read TELEGRAM_WEBHOOK_PORT")
-    router = api.webhook_router
-    assert router is not None
-    router.pinned[ADMIN_ID] = cluster.webhook_urls[0]
-    api.push_text(ADMIN_ID, "/config agent_max_steps 9", user_id=ADMIN_ID)
-    wait_texts(api, ADMIN_ID, 1)
-    assert api.chat_texts(ADMIN_ID)[0].startswith("Set agent_max_steps = 9")
-    time.sleep(2.0)  # config.json edits apply within 2 s (DESIGN §1.5)
-    router.pinned[ADMIN_ID] = cluster.webhook_urls[1]
-    api.push_text(ADMIN_ID, "/config agent_max_steps", user_id=ADMIN_ID)
-    wait_texts(api, ADMIN_ID, 2)
-    assert api.chat_texts(ADMIN_ID)[1] == "agent_max_steps = 9"
-    assert [a.target for a in router.attempts if a.chat_id == ADMIN_ID and a.status == 200] == cluster.webhook_urls
+class TestThreeWebhookProcesses:
+    @pytest.fixture(scope="class")
+    def cluster(self, tmp_path_factory):
+        """An expired session is seeded before they start (for the cleanup test)."""
+        with running(tmp_path_factory.mktemp("three"), 3, seed=seed_expired_session) as cluster:
+            yield cluster
 
+    def test_each_message_is_answered_once_in_order(self, fresh):
+        check_order(fresh, chats=8)
 
-@pytest.mark.parametrize("fresh", ["three"], indirect=True)
-def test_killed_process_turns_are_taken_over_exactly_once(fresh):
-    cluster, api = fresh, fresh.api
-    cluster.llm.latency = 1.0  # turns are in flight when the process dies
-    send_rounds(cluster, chats=9, rounds=3, gap=0.05, first=100)
-    time.sleep(0.3)
-    victim = cluster.webhook_urls[1]
-    router = api.webhook_router
-    assert router is not None
-    answered = {(chat, i) for chat, idx in replies_by_chat(list(api.sent)).items() for i in idx}
-    on_victim = [cluster.updates[a.update_id] for a in router.attempts if a.status == 200 and a.target == victim]
-    cluster.kill(1)
-    unanswered_on_victim = [key for key in on_victim if key not in answered]
-    assert unanswered_on_victim, "precondition: the killed process had messages it had not answered yet"
-    settled = cluster.wait_settled(timeout=40, quiet=3)
-    result = cluster.tally()
-    assert result.ok and settled, result.describe()
+    def test_cleanup_job_runs_once_across_processes(self, fresh):
+        cluster = fresh
+        started = cluster.started_at
+        # the startup run comes within 10 s of each start; wait for one, then for the others' windows to pass
+        while sum(cluster.count_in_logs(CLEANUP_RUN)) == 0 and time.monotonic() - started < 15:
+            time.sleep(0.2)
+        time.sleep(max(0.0, started + 11 - time.monotonic()))
+        runs = cluster.count_in_logs(CLEANUP_RUN)
+        assert sum(runs) == 1, f"cleanup runs per process: {runs}"
+        assert asyncio.run(session_exists(cluster.db_url, EXPIRED_SESSION)) is False
+
+    # last: it leaves one process dead
+    def test_killed_process_turns_are_taken_over_exactly_once(self, fresh):
+        cluster, api = fresh, fresh.api
+        cluster.llm.latency = 1.0  # turns are in flight when the process dies
+        send_rounds(cluster, chats=9, rounds=3, gap=0.05, first=100)
+        time.sleep(0.3)
+        victim = cluster.webhook_urls[1]
+        router = api.webhook_router
+        assert router is not None
+        answered = {(chat, i) for chat, idx in replies_by_chat(list(api.sent)).items() for i in idx}
+        on_victim = [cluster.updates[a.update_id] for a in router.attempts if a.status == 200 and a.target == victim]
+        cluster.kill(1)
+        unanswered_on_victim = [key for key in on_victim if key not in answered]
+        assert unanswered_on_victim, "precondition: the killed process had messages it had not answered yet"
+        settled = cluster.wait_settled(timeout=40, quiet=3)
+        result = cluster.tally()
+        assert result.ok and settled, result.describe()
 
 
 def test_polling_one_poller_and_takeover_after_kill_9(tmp_path):
