@@ -7,7 +7,11 @@ URLs look like ``/bot<TOKEN>/<method>``. ``getUpdates`` is a real long poll hono
 
 Incoming traffic is scripted with :meth:`FakeTelegramAPI.push_text`, :meth:`push_sticker`,
 :meth:`push_message` and :meth:`push_update`. While a webhook is set, pushed updates are POSTed to it
-(from a helper thread, with the secret token header), as Telegram would. What the bot sent is in
+(from a helper thread, with the secret token header), as Telegram would; after
+:meth:`FakeTelegramAPI.set_webhook_targets` they go to a list of targets instead (several bot processes,
+or their load balancer), per chat in order and redelivered on failure (tests/fakes/webhooks.py). Like
+Telegram, a second getUpdates ends the one still waiting with 409 Conflict; :attr:`pollers` records who
+polled. What the bot sent is in
 :attr:`sent`, :attr:`actions`, :attr:`commands`, :attr:`edits` (with :attr:`edit_times`) and, for every call,
 :attr:`calls`. :attr:`messages` is the chat as its users see it: every bot message with its current text,
 after edits; :meth:`chat_texts` gives a chat's visible texts. Like Telegram, an edit to the same content
