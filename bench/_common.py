@@ -160,3 +160,78 @@ class Stopwatch:
 
     def __exit__(self, *exc: object) -> None:
         self.ms = (time.perf_counter() - self.started) * 1000
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster of its own in a temporary folder, for one benchmark run (``with`` it).
+
+    Run as the ``postgres`` user when we are root (initdb refuses root). :attr:`url` is its ``postgres``
+    database; :attr:`available` is false (with :attr:`why`) where PostgreSQL is not installed.
+    """
+
+    def __init__(self) -> None:
+        import glob
+        import shutil
+
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        self.bin = Path(bins[-1]).parent if bins else None
+        self.as_pg: list[str] = []
+        self.why = ""
+        if self.bin is None:
+            self.why = "initdb is not installed (Debian: apt-get install postgresql)"
+        elif os.getuid() == 0:
+            if shutil.which("runuser") is None:
+                self.why = "running as root without runuser"
+            self.as_pg = ["runuser", "-u", "postgres", "--"]
+        self.folder: Path | None = None
+        self.port = 0
+
+    @property
+    def available(self) -> bool:
+        """Whether a cluster can be started here."""
+        return not self.why
+
+    @property
+    def url(self) -> str:
+        """The URL of its ``postgres`` database."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        import subprocess
+
+        subprocess.run([*self.as_pg, *args], check=True, capture_output=True, timeout=120)
+
+    def _pg_ctl(self, action: str) -> None:
+        assert self.bin is not None and self.folder is not None
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.folder / "data"), "-l", str(self.folder / "server.log"),
+                  "-w", "-m", "fast", "-o", f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.folder}", action)
+
+    def __enter__(self) -> ThrowawayPostgres:
+        import shutil
+        import socket
+        import tempfile
+
+        if not self.available:
+            raise RuntimeError(f"cannot start PostgreSQL: {self.why}")
+        assert self.bin is not None
+        # Not under a private temporary folder of root's: the server runs as postgres.
+        self.folder = Path(tempfile.mkdtemp(prefix="bench-pg-"))
+        if self.as_pg:
+            shutil.chown(self.folder, "postgres")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self._run(str(self.bin / "initdb"), "-D", str(self.folder / "data"), "--auth=trust", "-U", "postgres",
+                  "-E", "UTF8", "--no-locale")
+        self._pg_ctl("start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+        import subprocess
+
+        try:
+            self._pg_ctl("stop")
+        except subprocess.SubprocessError:
+            logger.warning("could not stop the throwaway PostgreSQL in %s", self.folder)
+        shutil.rmtree(self.folder or "", ignore_errors=True)

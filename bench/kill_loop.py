@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import signal
 import sys
 import tempfile
@@ -29,9 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import print_table  # noqa: E402
 from tests.fakes.bot_process import BotProcess  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
+from tests.fakes.tally import message_text, tally  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
-
-REPLY = re.compile(r"^echo: c(\d+) m(\d+)$")
 
 
 def settings(api: FakeTelegramAPI, llm: FakeOpenAIServer, db_url: str) -> dict:
@@ -70,7 +68,7 @@ def run(db_url: str, *, chats: int, rate: float, kills: int, interval: float, la
             chat = rng.randrange(chats)
             i = next_index[chat]
             next_index[chat] += 1
-            api.push_text(1000 + chat, f"c{chat} m{i}", user_id=1000 + chat, first_name=f"U{chat}")
+            api.push_text(1000 + chat, message_text(chat, i), user_id=1000 + chat, first_name=f"U{chat}")
             sent.append((chat, i))
             time.sleep(step)
             if time.monotonic() >= kill_at:
@@ -91,22 +89,10 @@ def run(db_url: str, *, chats: int, rate: float, kills: int, interval: float, la
                 break
             time.sleep(0.2)
         assert bot.stop() == 0
-        answers: dict[tuple[int, int], int] = defaultdict(int)
-        order: dict[int, list[int]] = defaultdict(list)
-        for message in api.sent:
-            match = REPLY.match(message.get("text", ""))
-            if match:
-                chat, i = int(match[1]), int(match[2])
-                answers[(chat, i)] += 1
-                order[chat].append(i)
-    out_of_order = sum(1 for seq in order.values() for a, b in zip(seq, seq[1:], strict=False) if b < a)
+        result = tally(sent, list(api.sent))
     if keep:
-        print("lost:", [f"c{c} m{i}" for c, i in sent if not answers.get((c, i))], file=sys.stderr)
-        print("duplicated:", [f"c{c} m{i}" for c, i in sent if answers.get((c, i), 0) > 1], file=sys.stderr)
-    return {"sent": len(sent), "answered once": sum(1 for k in sent if answers.get(k) == 1),
-            "lost": sum(1 for k in sent if not answers.get(k)),
-            "duplicated": sum(1 for k in sent if answers.get(k, 0) > 1), "out of order": out_of_order,
-            "kills": kills}
+        print(result.describe(), file=sys.stderr)
+    return {**result.counts(), "kills": kills}
 
 
 def main() -> None:

@@ -23,13 +23,21 @@ def clean_env() -> dict[str, str]:
 
 
 class BotProcess:
-    """``app.py`` in a subprocess, with its output in files under the config folder."""
+    """``app.py`` in a subprocess, with its output in files under the config folder.
+
+    Several processes can share one config file (as a deployment of several processes does): point
+    :attr:`config_path` at it and set :attr:`owns_config` false, so a start does not rewrite it.
+    """
 
     def __init__(self, folder: Path, **settings: Any) -> None:
         self.folder = folder
         self.config_path = folder / "config.json"
         self.settings = settings
         self.proc: subprocess.Popen | None = None
+        #: environment variables added to the clean environment
+        self.extra_env: dict[str, str] = {}
+        #: write :attr:`settings` to :attr:`config_path` at every start
+        self.owns_config = True
         self._runs = 0
 
     def write_config(self, **changes: Any) -> None:
@@ -43,17 +51,23 @@ class BotProcess:
 
     def start(self, wait_for_log: str | None = "INFO app: ready:", timeout: float = 30) -> BotProcess:
         """Start the bot and wait until its log shows it is receiving."""
-        self.write_config()
+        if self.owns_config:
+            self.write_config()
         self._runs += 1
         self.stdout_path = self.folder / f"stdout.{self._runs}.txt"
         self.stderr_path = self.folder / f"stderr.{self._runs}.txt"
         self._out = open(self.stdout_path, "w")  # noqa: SIM115 - closed in stop()
         self._err = open(self.stderr_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
-                                     cwd=self.folder, env=clean_env())
+                                     cwd=self.folder, env={**clean_env(), **self.extra_env})
         if wait_for_log:
             self.wait_for_log(wait_for_log, timeout)
         return self
+
+    @property
+    def pid(self) -> int | None:
+        """The running process's id, or None."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
     def log(self) -> str:
         """Everything the current run wrote to stderr."""

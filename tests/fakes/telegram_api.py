@@ -7,7 +7,11 @@ URLs look like ``/bot<TOKEN>/<method>``. ``getUpdates`` is a real long poll hono
 
 Incoming traffic is scripted with :meth:`FakeTelegramAPI.push_text`, :meth:`push_sticker`,
 :meth:`push_message` and :meth:`push_update`. While a webhook is set, pushed updates are POSTed to it
-(from a helper thread, with the secret token header), as Telegram would. What the bot sent is in
+(from a helper thread, with the secret token header), as Telegram would; after
+:meth:`FakeTelegramAPI.set_webhook_targets` they go to a list of targets instead (several bot processes,
+or their load balancer), per chat in order and redelivered on failure (tests/fakes/webhooks.py). Like
+Telegram, a second getUpdates ends the one still waiting with 409 Conflict; :attr:`pollers` records who
+polled. What the bot sent is in
 :attr:`sent`, :attr:`actions`, :attr:`commands`, :attr:`edits` (with :attr:`edit_times`) and, for every call,
 :attr:`calls`. :attr:`messages` is the chat as its users see it: every bot message with its current text,
 after edits; :meth:`chat_texts` gives a chat's visible texts. Like Telegram, an edit to the same content
@@ -33,6 +37,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tests.fakes.http_server import FakeService
 from tests.fakes.telegram_html import HTMLParseError, parse_telegram_html
+from tests.fakes.webhooks import WebhookRouter
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +111,14 @@ class FakeTelegramAPI(FakeService):
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []
         self._delivery_threads: list[threading.Thread] = []
+        #: set by :meth:`set_webhook_targets`: several bot processes behind one webhook
+        self.webhook_router: WebhookRouter | None = None
+        #: ``(time.monotonic(), owner)`` of every getUpdates call; owner is ``peer_owner(client address)``
+        self.pollers: list[tuple[float, Any]] = []
+        #: maps a client's (host, port) to who it is (e.g. a process id); None keeps the address
+        self.peer_owner: Any = None
+        self._peer = threading.local()
+        self._poll_generation = 0
 
     # --- lifecycle (FakeService) ---------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -115,12 +128,20 @@ class FakeTelegramAPI(FakeService):
         self._stopping = False
 
     def _wake(self) -> None:
+        if self.webhook_router is not None:
+            self.webhook_router.stop()
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
 
     def _threads(self) -> list[threading.Thread]:
-        return self._delivery_threads
+        return self._delivery_threads + (self.webhook_router.threads() if self.webhook_router else [])
+
+    def set_webhook_targets(self, targets: list[str], **options: Any) -> WebhookRouter:
+        """Deliver webhook updates to ``targets`` (round robin, per chat in order, redelivered on failure)
+        instead of the URL the bots registered; ``options`` go to :class:`WebhookRouter`."""
+        self.webhook_router = WebhookRouter(targets, **options)
+        return self.webhook_router
 
     @property
     def base_url(self) -> str:
@@ -258,11 +279,21 @@ class FakeTelegramAPI(FakeService):
         timeout = float(params.get("timeout") or 0)
         limit = int(params.get("limit") or 100)
         deadline = time.monotonic() + timeout
+        peer = getattr(self._peer, "value", None)
+        owner = self.peer_owner(peer) if self.peer_owner is not None and peer is not None else peer
         with self._cond:
             if self.webhook:
                 raise TelegramAPIError(409, "Conflict: can't use getUpdates method while webhook is active; "
                                             "use deleteWebhook to delete the webhook first")
+            # Like Telegram, a new getUpdates ends the one still waiting (a second bot instance).
+            self.pollers.append((time.monotonic(), owner))
+            self._poll_generation += 1
+            mine = self._poll_generation
+            self._cond.notify_all()
             while True:
+                if self._poll_generation != mine:
+                    raise TelegramAPIError(409, "Conflict: terminated by other getUpdates request; make sure that "
+                                                "only one bot instance is running")
                 if offset:
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
                 if self._updates or self._stopping:
@@ -380,6 +411,9 @@ class FakeTelegramAPI(FakeService):
     def _deliver_webhook(self, update: dict[str, Any]) -> None:
         """POST ``update`` to the webhook from a helper thread (the bot may run on the caller's loop)."""
         hook = dict(self.webhook or {})
+        if self.webhook_router is not None:
+            self.webhook_router.submit(hook, update)
+            return
         thread = threading.Thread(target=self._post_webhook, args=(hook, update), name="fake-telegram-webhook",
                                   daemon=True)
         self._delivery_threads.append(thread)
@@ -422,14 +456,14 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
 
         def _reply(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
             try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
                 self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a cancelled long poll)
-                pass
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a cancelled long poll, a killed bot)
+                self.close_connection = True
 
         def _error(self, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
             body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
@@ -458,6 +492,7 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
                 return
             params = decode_params(parse_qsl(url.query))
             params.update(self._body_params(raw))
+            api._peer.value = self.client_address
             try:
                 result = api.call(parts[1], params)
             except TelegramAPIError as exc:
