@@ -132,7 +132,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         rss_before = rss_mb()
-        embedder = LocalEmbedder(tmp / "cache")
+        embedder = LocalEmbedder()
         started = time.perf_counter()
         embedder.embed_sync(["warm up"])
         load_s = time.perf_counter() - started

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,12 +16,17 @@ import pytest
 
 from memory.embeddings import (
     LOCAL_MODEL_NAME,
+    WORDLLAMA_CONFIG,
+    WORDLLAMA_DIM,
     LocalEmbedder,
     OpenAIEmbedder,
     build_embedder,
     from_bytes,
+    load_wordllama,
+    map_tensor,
     normalise,
     to_bytes,
+    wordllama_files,
 )
 from tests.fakes.embeddings_server import FakeEmbeddingsServer, fake_vector
 
@@ -66,10 +72,11 @@ _OFFLINE_SCRIPT = textwrap.dedent("""
     import asyncio
     from pathlib import Path
     from memory.embeddings import LocalEmbedder
-    embedder = LocalEmbedder(Path(sys.argv[1]))
+    embedder = LocalEmbedder()
     vectors = asyncio.run(embedder.embed(["my cat is called Tom", "我的猫叫汤姆", ""]))
     print(json.dumps({"attempts": attempts, "shape": list(vectors.shape),
-                      "norms": [round(float(n), 4) for n in (vectors ** 2).sum(axis=1)]}))
+                      "norms": [round(float(n), 4) for n in (vectors ** 2).sum(axis=1)],
+                      "wordllama_imported": "wordllama" in sys.modules}))
 """)
 
 
@@ -77,18 +84,48 @@ def test_local_model_loads_and_embeds_without_network(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         env.pop(var, None)
-    result = subprocess.run([sys.executable, "-W", "error", "-c", _OFFLINE_SCRIPT, str(tmp_path / "cache")],
-                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    result = subprocess.run([sys.executable, "-W", "error", "-c", _OFFLINE_SCRIPT],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report == {"attempts": [], "shape": [3, 256], "norms": [1.0, 1.0, 0.0]}
-    # The bundled tokenizer was put where wordllama's loader looks for it; nothing else was written.
-    assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == ["l2_supercat_tokenizer_config.json"]
-    assert not (tmp_path / "home").exists()
+    # The wheel's files are read in place: the package (and its download client) is never imported,
+    # and nothing is written anywhere.
+    assert report == {"attempts": [], "shape": [3, 256], "norms": [1.0, 1.0, 0.0], "wordllama_imported": False}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_local_model_gives_wordllamas_own_vectors(tmp_path: Path) -> None:
+    from wordllama import WordLlama
+
+    # wordllama's own loader, with its bundled tokenizer where that loader looks for it (DESIGN §7a)
+    tokenizer, _ = wordllama_files()
+    (tmp_path / "tokenizers").mkdir()
+    shutil.copyfile(tokenizer, tmp_path / "tokenizers" / tokenizer.name)
+    reference = WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=tmp_path, disable_download=True)
+    texts = ["my cat is called Tom", "我的猫叫汤姆，他三岁了。", "", "x", "long " * 400,
+             *(f"{i}: the meeting about the budget moved to Friday" for i in range(70))]  # past one batch
+    ours = load_wordllama().embed(texts)
+    assert ours.dtype == np.float32 and ours.shape == (len(texts), WORDLLAMA_DIM)
+    np.testing.assert_allclose(ours, reference.embed(texts, norm=False), rtol=1e-6, atol=1e-7)
+    assert not ours[2].any()  # no tokens: a zero vector, as wordllama gives
+
+
+def test_map_tensor_reads_a_safetensors_tensor_in_place(tmp_path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    weights = np.arange(12, dtype=np.float16).reshape(4, 3)
+    save_file({"other": np.ones(5, dtype=np.float32), "embedding.weight": weights}, str(tmp_path / "w.safetensors"))
+    mapped = map_tensor(tmp_path / "w.safetensors", "embedding.weight")
+    assert isinstance(mapped, np.memmap) and mapped.dtype == np.float16 and mapped.shape == (4, 3)
+    np.testing.assert_array_equal(mapped, weights)
+    assert not mapped.flags.writeable
+    np.testing.assert_array_equal(map_tensor(tmp_path / "w.safetensors", "other"), np.ones(5, dtype=np.float32))
+    with pytest.raises(KeyError):
+        map_tensor(tmp_path / "w.safetensors", "missing")
 
 
 async def test_local_embedder_ranks_by_meaning(tmp_path: Path) -> None:
-    embedder = LocalEmbedder(tmp_path)
+    embedder = LocalEmbedder()
     assert (embedder.name, embedder.dim) == (LOCAL_MODEL_NAME, 256)
     docs = await embedder.embed(["my cat is called Tom", "the meeting moved to Friday", "I work at a bank"])
     query = await embedder.embed(["what is my pet named?"])
@@ -128,7 +165,8 @@ def test_build_embedder_by_setting(tmp_path: Path) -> None:
     assert build_embedder("", base_url="http://127.0.0.1:1/v1", api_key="", cache_dir=tmp_path) is None
     assert build_embedder("  ", base_url="http://127.0.0.1:1/v1", api_key="", cache_dir=tmp_path) is None
     local = build_embedder("local", base_url="http://127.0.0.1:1/v1", api_key="", cache_dir=tmp_path)
-    assert isinstance(local, LocalEmbedder) and local.cache_dir == tmp_path
+    assert isinstance(local, LocalEmbedder)
+    assert build_embedder("local", base_url="http://127.0.0.1:1/v1", api_key="").name == LOCAL_MODEL_NAME
     remote = build_embedder("text-embedding-3-small", base_url="http://127.0.0.1:1/v1", api_key="k",
                             cache_dir=tmp_path)
     assert isinstance(remote, OpenAIEmbedder)

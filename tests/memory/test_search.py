@@ -42,7 +42,7 @@ async def test_keyword_search_when_semantic_is_off(store, tmp_path: Path) -> Non
 
 
 async def test_hybrid_finds_by_meaning_with_the_local_model(store, tmp_path: Path) -> None:
-    search = MemorySearch(MemoryIndex(store, LocalEmbedder(tmp_path / "cache"), DailyMemory(tmp_path, UTC)))
+    search = MemorySearch(MemoryIndex(store, LocalEmbedder(), DailyMemory(tmp_path, UTC)))
     await search.index.add(A, "summary", "- My cat is called Tom.\n- The dentist appointment is on Friday.\n"
                                          "- I work as a nurse in Berlin.", "2026-03-01.md")
     await search.index.add(B, "summary", "- My dog is called Rex.", "2026-03-01.md")
