@@ -112,6 +112,8 @@ class TurnResult:
     actions: list[str] = field(default_factory=list)
     #: when the turn's model calls must have ended (event loop time)
     ends: float = float("inf")
+    #: ``text`` was kept as the reply of ``run_turn``'s ``reply_for`` message, with the answer
+    kept: bool = False
 
 
 class Agent:
@@ -219,19 +221,22 @@ class Agent:
         seq = await self.store.append_user(state.session_id, message, inbox_id)
         state.messages.append(CtxMessage(seq=seq, message=message))
 
-    async def run_turn(self, state: SessionState, sink: AnswerSink | None = None) -> TurnResult:
+    async def run_turn(self, state: SessionState, sink: AnswerSink | None = None,
+                       reply_for: int | None = None) -> TurnResult:
         """Run the tool loop for the newest user message in ``state`` and return the final answer.
 
         With a ``sink``, model calls stream their visible text into it (when the client can stream). The
-        first turn after a restore first waits (briefly) for the summary of the turns it skipped.
+        first turn after a restore first waits (briefly) for the summary of the turns it skipped. With
+        ``reply_for`` (an inbox id), the reply is kept for that message's outbox in the transaction that
+        stores the final answer (``TurnResult.kept``).
         """
         token = _ANSWER_SINK.set(sink)
         try:
-            return await self._run_turn(state)
+            return await self._run_turn(state, reply_for)
         finally:
             _ANSWER_SINK.reset(token)
 
-    async def _run_turn(self, state: SessionState) -> TurnResult:
+    async def _run_turn(self, state: SessionState, reply_for: int | None = None) -> TurnResult:
         await state.wait_ready(self.first_reply_wait)
         cfg = self.config()
         result = TurnResult(text="", ends=asyncio.get_running_loop().time() + self.turn_deadline)
@@ -247,10 +252,16 @@ class Agent:
             if final:
                 message.pop("tool_calls", None)
                 message.pop("reasoning_content", None)
-            await self._persist(state, message)
             if final or not response.tool_calls:
                 result.text = reply_text(response)
+                if reply_for is None:
+                    await self._persist(state, message)
+                else:  # the answer and the outbox's copy of the reply in one transaction
+                    seq = await self.store.append_answer(state.session_id, message, reply_for, result.text)
+                    state.messages.append(CtxMessage(seq=seq, message=message))
+                    result.kept = True
                 return result
+            await self._persist(state, message)
             for call in response.tool_calls:
                 result.tool_calls += 1
                 if call.error:  # the model's arguments were not JSON: tell it, run nothing

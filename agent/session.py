@@ -21,11 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import func, select
-
 from core.records import SessionInfo, StoredMessage
 from core.turns import CtxMessage, Turn, conversation_turns, group_turns, restore_turn_count, text_only
-from memory.models import InboxRow
 from memory.store import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -247,9 +244,8 @@ class SessionManager:
 
     async def _load(self, info: SessionInfo) -> SessionState:
         keep = restore_turn_count(self.config().agent_max_context_turns)
-        waiting = await self.store.run(_first_waiting_seq, info.session_id)
         # The last `keep` turns through an index range scan; huge tool chains fall back to the whole range.
-        record, window = await self.store.open_session(info, limit=keep * 40)
+        record, window, waiting = await self.store.open_session(info, limit=keep * 40)
         start = record.context_start_seq
         if waiting is not None:  # the new message and later waiting ones are added by their own turns
             window = [m for m in window if m.seq < waiting]
@@ -291,12 +287,6 @@ async def reset_context(store: ConversationStore, state: SessionState) -> None:
     state.summary, state.summary_turns = None, 0
     await store.set_context_start(state.session_id, last + 1)
     await store.set_summary(state.session_id, None)
-
-
-def _first_waiting_seq(conn: Any, session_id: str) -> int | None:
-    """The seq of the session's oldest stored user message whose answer is still pending, if any."""
-    return conn.execute(select(func.min(InboxRow.user_seq)).where(
-        InboxRow.session_id == session_id, InboxRow.status == "pending", InboxRow.user_seq.is_not(None))).scalar()
 
 
 def _stored_turns(stored: list[StoredMessage]) -> list[Turn]:

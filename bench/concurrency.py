@@ -57,6 +57,11 @@ class Round:
         """Turns per second."""
         return self.turns / self.seconds
 
+    @property
+    def cpu_per_turn(self) -> float:
+        """The bot's CPU time per turn (ms, all its threads): steadier than the wall time on a shared machine."""
+        return self.bot_cpu * self.seconds / max(1, self.turns) * 1000
+
 
 def profiler_args(path: Path) -> list[str]:
     """``-m`` arguments: pyinstrument for a ``.pyisession`` path (render it with ``pyinstrument --load PATH
@@ -228,8 +233,9 @@ def bench(args: argparse.Namespace) -> None:
                                 print("  bot log warnings/errors:\n    " + "\n    ".join(problems[-20:]), flush=True)
                             print(f"max_concurrent={conc} chats={chats} run {rep + 1}: {r.turns} turns in "
                                   f"{r.seconds:.2f} s = {r.rate:.0f} turns/s ({r.rate / ideal:.0%} of {ideal:.0f}); "
-                                  f"out of order: {r.out_of_order}; bot CPU {r.bot_cpu:.2f} cores, fakes CPU "
-                                  f"{r.fakes_cpu:.2f} cores; bot turn median {r.bot_turn_ms:.0f} ms", flush=True)
+                                  f"out of order: {r.out_of_order}; bot CPU {r.bot_cpu:.2f} cores "
+                                  f"({r.cpu_per_turn:.1f} ms a turn), fakes CPU {r.fakes_cpu:.2f} cores; "
+                                  f"bot turn median {r.bot_turn_ms:.0f} ms", flush=True)
                 finally:
                     code = bot.stop()
                     log = bot.log()
@@ -247,7 +253,8 @@ def bench(args: argparse.Namespace) -> None:
         print(f"  max_concurrent={conc:<4} chats={chats:<4} {rate:6.0f} turns/s  {rate / ideal:4.0%} of ideal "
               f"{ideal:.0f}  (min {min(r.rate for r in rounds):.0f}, max {max(r.rate for r in rounds):.0f})  "
               f"order kept: {'yes' if bad == 0 else f'NO ({bad} chats)'}  bot CPU "
-              f"{median(r.bot_cpu for r in rounds):.2f}  fakes CPU {median(r.fakes_cpu for r in rounds):.2f}  "
+              f"{median(r.bot_cpu for r in rounds):.2f} ({median(r.cpu_per_turn for r in rounds):.1f} ms a turn)  "
+              f"fakes CPU {median(r.fakes_cpu for r in rounds):.2f}  "
               f"bot turn p50 {median(r.bot_turn_ms for r in rounds):.0f} ms, "
               f"slowest run {percentile([r.seconds for r in rounds], 100):.2f} s")
         target = ">= 250 turns/s" if (conc, chats) == (64, 500) else "-"

@@ -422,7 +422,8 @@ class Dispatcher:
         # The message is done only once the platform accepted its reply (dispatcher/outbox.py). A streamed
         # reply's final edit carries the hooked, prefixed text; with nothing shown yet it is one send.
         final = self._final_edit(streamed) if streamed is not None and reply else None
-        await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=item.reply is not None, send=final)
+        kept = item.reply is not None or (reply is not None and reply == item.kept_reply)
+        await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=kept, send=final)
         if streamed is not None and not reply:
             await streamed.finish("")
         logger.info("session %s: %s in %.0f ms, %d tool call(s)%s", item.info.session_id, outcome,

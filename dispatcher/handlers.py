@@ -66,9 +66,11 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
                 state.messages.extend(CtxMessage(seq=m.seq, message=m.message) for m in stored)
         state.background = await background_lines(store, item.message, agent.config())
         try:
-            result = await agent.run_turn(state, sink)
+            result = await agent.run_turn(state, sink, reply_for=item.inbox_id)
         finally:
             state.background = []
+    if result.kept:
+        item.kept_reply = result.text
     return result.text, result.tool_calls
 
 

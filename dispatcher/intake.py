@@ -49,6 +49,8 @@ class WorkItem:
     skipped: bool = False
     #: a resumed item whose reply was kept in the outbox before the crash: it is sent, not made again
     reply: str | None = None
+    #: the reply the agent kept in the outbox with its answer (the outbox need not keep it again)
+    kept_reply: str | None = None
     turn_finished: bool = False
     #: answered (or being answered) by a claimed run of its session (several processes, dispatcher/claims.py)
     handled: bool = False

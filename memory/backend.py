@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import QueuePool
 
@@ -220,4 +220,10 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # On the DB-API cursor rather than through exec_driver_sql: BEGIN binds nothing and returns no rows,
+    # so the execution context, events and result object around it are work that every transaction paid
+    # for nothing. A failure is raised as SQLAlchemy raises driver errors (OperationalError for a lock).
+    try:
+        conn.connection.dbapi_connection.cursor().execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc

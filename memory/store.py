@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -44,7 +44,8 @@ from memory.models import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["POSTGRES_POOL", "ConversationStore", "GroupLine", "HistoryHit", "PendingIncoming", "SessionInfo",
+__all__ = ["POSTGRES_POOL", "ConversationStore", "GroupLine", "HistoryHit", "OpenedSession", "PendingIncoming",
+           "SessionInfo",
            "database_unavailable",
            "SessionRecord", "StoredMessage", "SummaryJob"]
 
@@ -86,6 +87,19 @@ _INSERT_INBOX = insert(_INBOX).returning(_I.id)
 _LINK_INBOX = update(_INBOX).where(_I.id == bindparam("iid")).values(user_seq=bindparam("seq"))
 _MARK_DONE = update(_INBOX).where(_I.id == bindparam("iid")).values(status="done")
 _KEEP_REPLY = update(_INBOX).where(_I.id == bindparam("iid")).values(reply=bindparam("reply"))
+_FIRST_WAITING = select(func.min(_I.user_seq)).where(_I.session_id == bindparam("sid"), _I.status == "pending",
+                                                     _I.user_seq.is_not(None))
+
+
+class OpenedSession(NamedTuple):
+    """What :meth:`ConversationStore.open_session` reads in one transaction."""
+
+    record: SessionRecord
+    #: the last messages from the context start on, in order
+    tail: list[StoredMessage]
+    #: the seq of the oldest stored user message whose answer is still pending (a crash left it)
+    waiting: int | None
+
 
 def database_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` says the database could not be reached or dropped the connection (a PostgreSQL
@@ -142,10 +156,16 @@ def _record_incoming(conn: Connection, channel: str, message_id: str, session_id
     return inbox_id, seq
 
 
-def _open_session(conn: Connection, info: SessionInfo, limit: int) -> tuple[SessionRecord, list[Any]]:
+def _open_session(conn: Connection, info: SessionInfo, limit: int) -> tuple[SessionRecord, list[Any], int | None]:
     record = _ensure_session(conn, info)
     rows = _all(conn, _LOAD_TAIL, {"sid": info.session_id, "lo": record.context_start_seq, "n": limit})
-    return record, rows
+    return record, rows, _scalar(conn, _FIRST_WAITING, {"sid": info.session_id})
+
+
+def _append_answer(conn: Connection, session_id: str, message: dict[str, Any], inbox_id: int, reply: str) -> int:
+    (seq,) = _append(conn, session_id, [message])
+    _execute(conn, _KEEP_REPLY, {"iid": inbox_id, "reply": reply})
+    return seq
 
 
 def _append_user(conn: Connection, session_id: str, message: dict[str, Any], inbox_id: int | None) -> int:
@@ -303,14 +323,15 @@ class ConversationStore:
         rows = await self.run(_all, _LOAD_TAIL, {"sid": session_id, "lo": from_seq, "n": limit})
         return [StoredMessage(seq, content) for seq, content in reversed(rows)]
 
-    async def open_session(self, info: SessionInfo, limit: int) -> tuple[SessionRecord, list[StoredMessage]]:
-        """:meth:`ensure_session` and the :meth:`load_tail` from its context start, in one transaction."""
+    async def open_session(self, info: SessionInfo, limit: int) -> OpenedSession:
+        """:meth:`ensure_session`, the :meth:`load_tail` from its context start and the seq of the oldest
+        user message still waiting for its answer (see :class:`OpenedSession`), in one transaction."""
         try:
-            record, rows = await self.run(_open_session, info, limit)
-        except IntegrityError:  # created concurrently (PostgreSQL)
+            record, rows, waiting = await self.run(_open_session, info, limit)
+        except IntegrityError:  # created concurrently (PostgreSQL): nothing of it can be waiting yet
             record = await self.ensure_session(info)
-            return record, await self.load_tail(info.session_id, record.context_start_seq, limit)
-        return record, [StoredMessage(seq, content) for seq, content in reversed(rows)]
+            return OpenedSession(record, await self.load_tail(info.session_id, record.context_start_seq, limit), None)
+        return OpenedSession(record, [StoredMessage(seq, content) for seq, content in reversed(rows)], waiting)
 
     async def search_history(self, session_id: str, query: str, limit: int = 10) -> list[HistoryHit]:
         """Full-text search of this session's whole stored history (user and assistant text), best first."""
@@ -335,6 +356,11 @@ class ConversationStore:
         # The session may have been created concurrently (PostgreSQL): once more, with it in place.
         await self.ensure_session(session)
         return await self.record_incoming(channel, message_id, session_id, payload, user_message)
+
+    async def append_answer(self, session_id: str, message: dict[str, Any], inbox_id: int, reply: str) -> int:
+        """Store a turn's final assistant message and keep ``reply`` for its inbox row (the outbox, see
+        :meth:`keep_reply`) in one transaction; return the message's seq."""
+        return await self.run(_append_answer, session_id, message, inbox_id, reply)
 
     async def append_user(self, session_id: str, message: dict[str, Any], inbox_id: int | None) -> int:
         """Store the user message of a turn and link it to its inbox row, in one transaction."""

@@ -192,6 +192,31 @@ async def test_no_silence_and_length_note(parts, response, shown):
     assert (await agent.run_turn(state)).text == shown
 
 
+async def test_reply_for_keeps_the_reply_as_shown_with_the_final_answer(parts):
+    llm = FakeLLM().enqueue_tools(("echo_tool", {"text": "pong"})).enqueue(
+        LLMResponse(content="half an answ", finish_reason="length"))
+    agent, state, _ = await make(parts, llm)
+    recorded = await parts.record_incoming("terminal", "m-1", INFO.session_id, {}, None)
+    assert recorded is not None
+    inbox_id = recorded[0]
+    async with state.lock:
+        await agent.add_user_message(state, "hi", inbox_id)
+        result = await agent.run_turn(state, reply_for=inbox_id)
+    assert (result.text, result.kept) == (f"half an answ\n\n{LENGTH_NOTE}", True)
+    # kept as the user sees it (with the note), stored as the model wrote it; the message stays pending
+    assert await parts.pending_replies() == {inbox_id: result.text}
+    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[-1]["content"] == "half an answ"
+    assert [m.seq for m in state.messages] == [1, 2, 3, 4]
+    # without reply_for nothing is kept
+    llm.enqueue("plain")
+    async with state.lock:
+        await agent.add_user_message(state, "again")
+        assert (await agent.run_turn(state)).kept is False
+    assert await parts.pending_replies() == {inbox_id: result.text}
+
+
 async def test_every_request_caps_the_answer_within_the_window(parts):
     llm = FakeLLM()
     agent, state, _ = await make(parts, llm, agent_max_output_tokens=0, model="gpt-4o")

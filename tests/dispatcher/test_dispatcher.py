@@ -249,6 +249,30 @@ async def test_an_answer_is_marked_before_the_next_turn_reaches_the_model(tmp_pa
     assert pending_at_call == [["one", "two"], ["two"]]
 
 
+@pytest.mark.parametrize("hooked", [False, True])
+async def test_the_reply_is_kept_before_it_is_sent(tmp_path, hooked):
+    async with Bot(tmp_path) as bot:
+        kept_at_send: list[dict[int, str]] = []
+        record = bot.channel.send
+
+        async def send(to, text):
+            kept_at_send.append(await bot.store.pending_replies())
+            await record(to, text)
+
+        async def shout(msg, reply):
+            return reply.upper()
+
+        bot.channel.send = send
+        if hooked:  # a plugin changes the reply after the agent kept its own: the changed one is kept
+            bot.dispatcher.hooks.after_reply = shout
+        await bot.say("hello")
+        await bot.dispatcher.wait_idle()
+        reply = "ECHO: HELLO" if hooked else "echo: hello"
+        assert bot.channel.texts() == [reply]
+        assert [list(kept.values()) for kept in kept_at_send] == [[reply]]
+        assert await bot.store.pending_replies() == {}  # marked done once sent
+
+
 async def test_resume_finds_the_answer_of_its_own_turn_when_later_turns_exist(tmp_path):
     async with Bot(tmp_path) as bot:
         msg1, msg2 = bot.channel.message("first"), bot.channel.message("second")

@@ -18,7 +18,7 @@ midway (the connection is dropped without the final chunk). Every request body i
 
 Connections are HTTP/1.1 keep-alive, as with real providers (a new connection per request would charge the
 client for connection set-up a real deployment does not pay); :meth:`stop` ends idle ones, so it never
-waits on them. Streamed answers close their connection.
+waits on them. Streamed answers are chunked and keep their connection too; scripted slow streams close theirs.
 """
 
 from __future__ import annotations
@@ -519,19 +519,19 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._json(200, reply)
 
         def _stream(self, response: dict[str, Any], include_usage: bool) -> None:
+            # Chunked on a kept-alive connection, as real providers stream: closing it after each answer
+            # would charge the client a new connection per streamed turn that a real deployment does not pay.
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")  # no Content-Length: the end of the body is the close
-            self.close_connection = True
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             chunks = stream_chunks(response)
             if include_usage:
                 chunks.append({**{k: chunks[0][k] for k in ("id", "object", "created", "model")},
                                "choices": [], "usage": response.get("usage")})
-            for item in chunks:
-                self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
+            events = [b"data: " + json.dumps(item).encode() + b"\n\n" for item in chunks] + [b"data: [DONE]\n\n"]
+            self.wfile.write(b"".join(b"%x\r\n%s\r\n" % (len(event), event) for event in events) + b"0\r\n\r\n")
             self.wfile.flush()
 
         def _slow_stream(self, response: dict[str, Any], include_usage: bool, options: dict[str, Any]) -> None:

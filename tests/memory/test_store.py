@@ -168,14 +168,14 @@ class TestConversationStore:
         assert await store.load_tail("telegram:1", 6, 3) == []
 
     async def test_open_session_creates_or_loads_with_its_tail(self, store: ConversationStore) -> None:
-        record, tail = await store.open_session(info(), limit=3)
-        assert (record.session_id, record.last_seq, tail) == ("telegram:1", 0, [])
+        record, tail, waiting = await store.open_session(info(), limit=3)
+        assert (record.session_id, record.last_seq, tail, waiting) == ("telegram:1", 0, [], None)
         await store.append("telegram:1", [user(f"m{i}") for i in range(1, 6)])
         await store.set_context_start("telegram:1", 2)
-        record, tail = await store.open_session(info(title="Alice B."), limit=3)
-        assert (record.context_start_seq, record.last_seq) == (2, 5)
+        record, tail, waiting = await store.open_session(info(title="Alice B."), limit=3)
+        assert (record.context_start_seq, record.last_seq, waiting) == (2, 5, None)
         assert [m.seq for m in tail] == [3, 4, 5]
-        _, tail = await store.open_session(info(), limit=10)
+        _, tail, _ = await store.open_session(info(), limit=10)
         assert [m.seq for m in tail] == [2, 3, 4, 5]  # from the context start on
         assert await scalar(store, select(SessionRow.title)) == "Alice"  # the title follows the caller
 
@@ -254,6 +254,34 @@ class TestConversationStore:
         await store.mark_done(ids[2])
         assert await store.pending_incoming() == []
         assert await scalar(store, select(func.count()).select_from(InboxRow)) == 3
+
+    async def test_open_session_names_the_oldest_user_message_still_waiting(self, store: ConversationStore) -> None:
+        ids = []
+        for i in range(3):
+            result = await store.record_incoming("telegram", f"m-{i}", "telegram:1", {"i": i}, user(str(i)),
+                                                 session=info())
+            assert result is not None
+            ids.append(result[0])
+        await store.record_incoming("telegram", "cmd", "telegram:1", {"text": "/help"}, None)  # no user message
+        await store.mark_done(ids[0])
+        assert (await store.open_session(info(), limit=10)).waiting == 2
+        await store.mark_done(ids[1:])
+        opened = await store.open_session(info(), limit=10)
+        assert (opened.waiting, [m.seq for m in opened.tail]) == (None, [1, 2, 3])
+
+    async def test_append_answer_keeps_the_reply_in_the_same_transaction(self, store: ConversationStore) -> None:
+        result = await store.record_incoming("telegram", "m-1", "telegram:1", {}, user("hi"), session=info())
+        assert result is not None
+        inbox_id = result[0]
+        answer = {"role": "assistant", "content": "hello"}
+        assert await store.append_answer("telegram:1", answer, inbox_id, "hello (cut)") == 2
+        assert await store.load_messages("telegram:1") == [StoredMessage(1, user("hi")), StoredMessage(2, answer)]
+        assert await store.pending_replies() == {inbox_id: "hello (cut)"}  # still pending until sent
+        with pytest.raises(NoResultFound):  # no session: neither the message nor the reply is written
+            await store.append_answer("telegram:404", answer, inbox_id, "lost")
+        assert await store.pending_replies() == {inbox_id: "hello (cut)"}
+        await store.mark_done(inbox_id)
+        assert await store.pending_replies() == {}
 
     async def test_prune_inbox_removes_old_answered_rows_in_batches(self, store: ConversationStore) -> None:
         await store.ensure_session(info())
