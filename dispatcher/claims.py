@@ -91,12 +91,16 @@ class SessionClaims:
             return 0
         answered = 0
         try:
-            await self._sync_context(session_id)
             tried: set[int] = set()
+            first = True
             while not self.d.stopping:
-                rows = [r for r in await self.d.store.pending_of_session(session_id, self.channels())
-                        if r.id not in tried]
+                pending, version = await self.d.store.claim_view(session_id, self.channels())
+                if first:
+                    self._sync_context(session_id, version)
+                    first = False
+                rows = [r for r in pending if r.id not in tried]
                 if not rows:
+                    self._remember(session_id, version)
                     break
                 for row in rows:
                     if self.d.stopping or not self.locks.held(name):
@@ -108,7 +112,6 @@ class SessionClaims:
                     item.handled = True
                     await self.d.answer_claimed(item)
                     answered += 1
-            await self._remember(session_id)
         finally:
             await self.locks.release(name)
         # A message journalled meanwhile by another process found the lock taken and was left to us.
@@ -135,23 +138,21 @@ class SessionClaims:
         item.turn_finished = True  # it was never counted as queued here
         return item
 
-    async def _sync_context(self, session_id: str) -> None:
-        """Drop the in-memory context when the stored session moved on without this process."""
+    def _sync_context(self, session_id: str, version: tuple[int, int] | None) -> None:
+        """Drop the in-memory context when the stored session moved on without this process.
+
+        ``version`` is the stored ``(last_seq, context_start_seq)``; it must be what this process saw when it
+        last let the session go.
+        """
         seen = self._seen.pop(session_id, None)
-        if self.d.sessions.peek(session_id) is None:
-            return
-        record = await self.d.store.get_session(session_id)
-        if record is None or seen != (record.last_seq, record.context_start_seq):
+        if self.d.sessions.peek(session_id) is not None and (version is None or seen != version):
             logger.info("session %s: changed by another process; context reloaded from the database", session_id)
             self.d.sessions.forget(session_id)
 
-    async def _remember(self, session_id: str) -> None:
+    def _remember(self, session_id: str, version: tuple[int, int] | None) -> None:
         """Note how the session is stored as this process lets it go (its context stays in memory)."""
-        if self.d.sessions.peek(session_id) is None:
-            return
-        record = await self.d.store.get_session(session_id)
-        if record is not None:
-            self._seen[session_id] = (record.last_seq, record.context_start_seq)
+        if version is not None and self.d.sessions.peek(session_id) is not None:
+            self._seen[session_id] = version
 
     # --- the sweep --------------------------------------------------------------------------
     def start(self) -> None:

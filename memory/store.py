@@ -224,6 +224,14 @@ def _prune_inbox(conn: Connection, pick: Any) -> int:
     return conn.execute(delete(_INBOX).where(_I.id.in_(ids))).rowcount or 0
 
 
+def _claim_view(conn: Connection, session_id: str, channels: list[str]) -> tuple[list[PendingIncoming],
+                                                                                 tuple[int, int] | None]:
+    rows = conn.execute(select(_I.id, _I.session_id, _I.user_seq, _I.payload, _I.reply).where(
+        _I.session_id == session_id, _I.status == "pending", _I.channel.in_(channels)).order_by(_I.id)).all()
+    version = conn.execute(select(_S.last_seq, _S.context_start_seq).where(_S.session_id == session_id)).first()
+    return [PendingIncoming(*row) for row in rows], (tuple(version) if version is not None else None)
+
+
 class ConversationStore:
     """Access to sessions, messages, the inbox, summary jobs and admin grants."""
 
@@ -480,6 +488,12 @@ class ConversationStore:
         rows = await self.run(_all, select(_I.id, _I.session_id, _I.user_seq, _I.payload, _I.reply).where(
             _I.session_id == session_id, _I.status == "pending", _I.channel.in_(channels)).order_by(_I.id))
         return [PendingIncoming(*row) for row in rows]
+
+    async def claim_view(self, session_id: str, channels: list[str]) -> tuple[list[PendingIncoming],
+                                                                              tuple[int, int] | None]:
+        """In one transaction: :meth:`pending_of_session`, and the session's ``(last_seq, context_start_seq)``
+        (None when it does not exist yet), which tell whether another process changed it."""
+        return await self.run(_claim_view, session_id, channels)
 
     async def summary_job_pending(self, job_id: int) -> bool:
         """True while the job is not finished (another process may have run it meanwhile)."""
