@@ -94,8 +94,8 @@ class IncomingMessage:
 
 _FIELD_NAMES = tuple(f.name for f in fields(IncomingMessage))
 
-#: What a channel calls for every incoming message.
-MessageHandler = Callable[[IncomingMessage], Awaitable[None]]
+#: What a channel calls for every incoming message; False means it was not journalled (None counts as taken).
+MessageHandler = Callable[[IncomingMessage], Awaitable[bool | None]]
 #: The synchronous counterpart: takes the message in arrival order and returns at once.
 MessageSubmitter = Callable[[IncomingMessage], None]
 
@@ -149,12 +149,13 @@ class BaseChannel(ABC):
         self._handler = handler
         self._submitter = submit
 
-    async def deliver(self, message: IncomingMessage) -> None:
-        """Hand one message to the dispatcher and wait until it is taken."""
+    async def deliver(self, message: IncomingMessage) -> bool:
+        """Hand one message to the dispatcher and wait until it is taken: True once it is journalled (or needs
+        no journal), False when it is not (no receiver, or the database refused it)."""
         if self._handler is None:
             logger.warning("channel %s has no handler; message dropped", self.name)
-            return
-        await self._handler(message)
+            return False
+        return await self._handler(message) is not False
 
     def deliver_nowait(self, message: IncomingMessage) -> None:
         """Hand one message over without waiting; a chat's messages are taken in arrival order."""

@@ -1,13 +1,18 @@
 """The Telegram channel: python-telegram-bot 22 with a manual lifecycle on the shared event loop.
 
-Polling or webhook, through PTB's standalone pieces: an ``ExtBot`` and an ``Updater`` that fills a
-queue. One consumer task turns each update into an :class:`IncomingMessage` and submits it to the
-dispatcher synchronously, so updates are taken in arrival order with no task or lock per update; the
-dispatcher's per-session workers run different chats concurrently. PTB's ``Application`` is not used.
-Measured at Telegram's rate (bench/telegram_intake.py) it costs the same CPU per update as this path, so
-the choice is not about speed: this path hands each update over synchronously in arrival order, and at
-stop hands over what was fetched and acknowledged, with no handler groups or ``CallbackContext`` in
-between; ordering, concurrency and error isolation are the dispatcher's job.
+Polling or webhook, through PTB's standalone pieces and no ``Application``. Polling: an ``Updater`` fills a
+queue, and one consumer task turns each update into an :class:`IncomingMessage` and submits it to the
+dispatcher synchronously, so updates are taken in arrival order with no task or lock per update; the next
+``getUpdates``, whose offset confirms a batch to Telegram, waits until the batch is journalled. Webhook:
+our own server (:mod:`channels.telegram_webhook`) answers each post only once its message is journalled.
+Measured at Telegram's rate (bench/telegram_intake.py) PTB's ``Application`` costs the same CPU per update
+as this path, so the choice is not about speed: nothing is confirmed to Telegram before it is journalled,
+with no handler groups or ``CallbackContext`` in between; ordering, concurrency and error isolation are the
+dispatcher's job.
+
+Receiving can start and stop apart from the connection (:meth:`TelegramChannel.start_intake`,
+:meth:`TelegramChannel.stop_intake`): of several processes on one database, all send, and in polling mode
+only the elected one polls.
 
 An update PTB cannot parse (a Bot API change, a broken proxy) is logged once, by id, and skipped; the
 updates after it are taken as usual. Messages sent by bots are marked ``is_from_bot`` and so ignored.
@@ -39,6 +44,7 @@ from channels.base import BaseChannel, IncomingMessage, ReplyStream
 from channels.registry import register_channel
 from channels.telegram_request import AiohttpRequest
 from channels.telegram_text import MAX_MESSAGE_LENGTH, render_chunks
+from channels.telegram_webhook import WebhookServer
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +62,8 @@ GROUP_EDIT_INTERVAL = 3.0
 GROUP_EDIT_BURST = 3
 #: A reply longer than this is split and rendered in a worker thread, so other chats are not held up.
 RENDER_IN_THREAD_CHARS = 4 * MAX_MESSAGE_LENGTH
+#: Seconds a Bot API call other than getUpdates may take (write and read each) before it counts as failed.
+SEND_TIMEOUT = 20.0
 #: What Telegram accepts as a command name in the menu.
 MENU_COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 #: Telegram's limit for a command's description in the menu.
@@ -153,10 +161,15 @@ class TelegramChannel(BaseChannel):
         #: the application's parts; the command menu is read from ``services.commands`` at start
         self.services = services
         self.poll_timeout = poll_timeout
+        #: seconds a send, edit or typing call may take before it counts as failed (and is retried)
+        self.send_timeout = SEND_TIMEOUT
         #: set while the channel is connected; sends and typing go through it
         self.bot: ExtBot | None = None
+        #: set while polling runs
         self.updater: Updater | None = None
         self._consumer: asyncio.Task | None = None
+        #: set while the webhook server runs
+        self.webhook_server: WebhookServer | None = None
         self.active = False
         self.bot_id: int | None = None
         base = (config.telegram_base_url or "https://api.telegram.org/bot").rstrip("/")
@@ -169,8 +182,18 @@ class TelegramChannel(BaseChannel):
         self._next_edit: dict[int, float] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Connect, register the command menu and start receiving; log one line and stay inactive on failure."""
+    @property
+    def receiving(self) -> bool:
+        """True while updates come in (polling runs, or the webhook server listens)."""
+        return self.updater is not None or self.webhook_server is not None
+
+    async def start(self, intake: bool = True) -> None:
+        """Connect and register the command menu, then (``intake``) start receiving; on failure log one line
+        and stay inactive.
+
+        With ``intake=False`` the channel sends but does not receive until :meth:`start_intake`: of several
+        processes on one database, only the one elected to poll receives in polling mode.
+        """
         cfg = self.config
         if not cfg.telegram_bot_token:
             logger.error("telegram: no bot token; set telegram_bot_token / TELEGRAM_BOT_TOKEN")
@@ -198,25 +221,14 @@ class TelegramChannel(BaseChannel):
                 await bot.set_my_commands(menu_commands(commands))
             except TelegramError as exc:
                 logger.warning("telegram: could not register the command menu: %s", exc)
-        updates: asyncio.Queue[object] = asyncio.Queue()
-        updater = Updater(bot, updates)
-        await updater.initialize()  # the bot is initialised already: nothing more is called
-        try:
-            await self._start_updater(updater)
-        except TelegramError as exc:
-            logger.error("telegram: cannot start %s mode: %s; the channel is inactive", cfg.telegram_mode, exc)
-            self.bot = None
-            await updater.shutdown()
-            await bot.shutdown()
-            return
-        self.updater = updater
-        self._consumer = asyncio.create_task(self._consume(updates), name="telegram:updates")
         self.active = True
         logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
+        if intake and not await self.start_intake():
+            await self.stop()
 
     def _build_bot(self) -> ExtBot:
-        request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=20, write_timeout=20,
-                                 pool_timeout=10)
+        request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=self.send_timeout,
+                                 write_timeout=self.send_timeout, pool_timeout=10)
         # Long polls add their own timeout to read_timeout.
         updates_request = UpdatesRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
                                          write_timeout=10, pool_timeout=10)
@@ -225,36 +237,87 @@ class TelegramChannel(BaseChannel):
                       request=request, get_updates_request=updates_request,
                       rate_limiter=AIORateLimiter() if self.config.telegram_rate_limit else None)
 
-    async def _start_updater(self, updater: Updater) -> None:
-        cfg = self.config
-        if cfg.telegram_mode == "webhook":
-            path = urlsplit(cfg.telegram_webhook_url).path.strip("/") or "telegram"
-            await updater.start_webhook(
-                listen=cfg.telegram_webhook_listen, port=cfg.telegram_webhook_port, url_path=path,
-                webhook_url=cfg.telegram_webhook_url, secret_token=self.webhook_secret,
-                allowed_updates=["message"], drop_pending_updates=False, bootstrap_retries=2)
-        else:
-            await updater.start_polling(
-                timeout=self.poll_timeout, allowed_updates=["message"], drop_pending_updates=False,
-                bootstrap_retries=2, error_callback=self._on_poll_error)
-
-    async def stop(self) -> None:
-        """Stop receiving and disconnect; safe to call twice or after a failed start."""
-        bot, updater, consumer = self.bot, self.updater, self._consumer
-        self.bot, self.updater, self._consumer = None, None, None
-        self.active = False
+    async def start_intake(self) -> bool:
+        """Start receiving: long polling, or the webhook server and ``setWebhook``. True when it runs; a failure
+        is one log line and False (sending goes on)."""
+        if self.bot is None:
+            logger.error("telegram: cannot receive before the channel is connected")
+            return False
+        if self.receiving:
+            return True
+        mode = self.config.telegram_mode
         try:
+            if mode == "webhook":
+                await self._start_webhook(self.bot)
+            else:
+                await self._start_polling(self.bot)
+        except (TelegramError, OSError) as exc:
+            logger.error("telegram: cannot start %s mode: %s; not receiving", mode, exc)
+            return False
+        logger.info("telegram: receiving (%s)", mode)
+        return True
+
+    async def _start_polling(self, bot: ExtBot) -> None:
+        updates: asyncio.Queue[object] = asyncio.Queue()
+        updater = Updater(bot, updates)
+        await updater.initialize()  # the bot is initialised already: nothing is called
+        # (never updater.shutdown(): it shuts the bot down, and replies still go through it)
+        await updater.start_polling(
+            timeout=self.poll_timeout, allowed_updates=["message"], drop_pending_updates=False,
+            bootstrap_retries=2, error_callback=self._on_poll_error)
+        self.updater = updater
+        self._consumer = asyncio.create_task(self._consume(updates), name="telegram:updates")
+
+    async def _start_webhook(self, bot: ExtBot) -> None:
+        cfg = self.config
+        path = urlsplit(cfg.telegram_webhook_url).path.strip("/") or "telegram"
+        server = WebhookServer(self, listen=cfg.telegram_webhook_listen, port=cfg.telegram_webhook_port,
+                               path=path, secret=self.webhook_secret)
+        await server.start()
+        try:
+            await bot.set_webhook(cfg.telegram_webhook_url, secret_token=self.webhook_secret,
+                                  allowed_updates=["message"])
+        except BaseException:
+            await server.stop()
+            raise
+        self.webhook_server = server
+
+    async def stop_intake(self) -> None:
+        """Stop receiving; sending goes on.
+
+        Polling: the updates fetched so far are handed over and journalled, and only then confirmed to
+        Telegram (the offset of one last ``getUpdates``), so a crash cannot lose them. Webhook: the server
+        answers the posts in flight and closes. The webhook stays set on purpose, never ``deleteWebhook``:
+        with several processes behind one URL the others still serve it, and a lone process that stops is
+        sent the waiting updates again when it comes back.
+        """
+        updater, consumer, server = self.updater, self._consumer, self.webhook_server
+        try:
+            if server is not None:
+                await server.stop()
             if updater is not None and updater.running:
-                await updater.stop()  # polling: acknowledges every update it fetched
+                # The consumer still runs: the last getUpdates waits (before_poll) until it has taken every
+                # fetched update and the dispatcher has journalled them, then confirms them.
+                await updater.stop()
         finally:
+            self.updater, self._consumer, self.webhook_server = None, None, None
             if consumer is not None:
                 consumer.cancel()
                 await asyncio.gather(consumer, return_exceptions=True)
             if updater is not None:
-                # Fetched and acknowledged, so Telegram will not send them again: hand them over now.
+                # Left over only if confirming failed: hand them over all the same (Telegram sends them again).
                 while not updater.update_queue.empty():
                     self._take(updater.update_queue.get_nowait())
-                await updater.shutdown()
+            if self.intake_settled is not None:
+                await self.intake_settled()
+
+    async def stop(self) -> None:
+        """Stop receiving and disconnect; safe to call twice or after a failed start."""
+        try:
+            await self.stop_intake()
+        finally:
+            bot, self.bot = self.bot, None
+            self.active = False
             if bot is not None:
                 await bot.shutdown()
 
