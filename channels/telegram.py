@@ -309,7 +309,7 @@ class TelegramChannel(BaseChannel):
                 while not updater.update_queue.empty():
                     self._take(updater.update_queue.get_nowait())
             if self.intake_settled is not None:
-                await self.intake_settled()
+                await asyncio.shield(self.intake_settled())
 
     async def stop(self) -> None:
         """Stop receiving and disconnect; safe to call twice or after a failed start."""
@@ -332,7 +332,9 @@ class TelegramChannel(BaseChannel):
         if updater is not None:
             await updater.update_queue.join()
         if self.intake_settled is not None:
-            await self.intake_settled()
+            # PTB cancels a waiting poll when polling stops; the cancellation must not reach the journal
+            # writes this waits for (gathered, they would be cancelled too, and the messages lost).
+            await asyncio.shield(self.intake_settled())
 
     async def _consume(self, updates: asyncio.Queue[object]) -> None:
         """Take the updates in the order the updater queued them."""

@@ -1,6 +1,6 @@
-"""Webhook mode end to end in one process: the fake Bot API posts updates to the real TelegramChannel's server,
-whose messages go through the real dispatcher into a real database (SQLite, and PostgreSQL when
-``TEST_DATABASE_URL`` is set)."""
+"""Receiving on Telegram, in one process: the fake Bot API posts webhooks to (or is polled by) the real
+TelegramChannel, whose messages go through the real dispatcher into a real database (SQLite, and
+PostgreSQL when ``TEST_DATABASE_URL`` is set). Nothing is confirmed to Telegram before it is journalled."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sqlalchemy import text
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
+from channels.base import IncomingMessage
 from channels.telegram import TelegramChannel
 from config import Config, ConfigHolder
 from dispatcher.dispatcher import Dispatcher
@@ -33,30 +34,32 @@ def api():
         yield server
 
 
-class WebhookBot:
-    """The Telegram channel in webhook mode, a dispatcher with the fake model, and a real store."""
+class TelegramBot:
+    """The Telegram channel (webhook mode unless told), a dispatcher with the fake model, and a real store."""
 
-    def __init__(self, api: FakeTelegramAPI, db_url: str, tmp_path) -> None:
+    def __init__(self, api: FakeTelegramAPI, db_url: str, tmp_path, *, mode: str = "webhook",
+                 intake: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"
         self.config = ConfigHolder(Config(
             data_dir=str(tmp_path), channel_type="telegram", telegram_bot_token=api.token,
-            telegram_base_url=api.base_url, telegram_rate_limit=False, telegram_mode="webhook",
+            telegram_base_url=api.base_url, telegram_rate_limit=False, telegram_mode=mode,
             telegram_webhook_url=self.url, telegram_webhook_port=self.port))
         self.store = ConversationStore(db_url)
         self.llm = FakeLLM()
+        self.intake = intake
 
-    async def __aenter__(self) -> WebhookBot:
+    async def __aenter__(self) -> TelegramBot:
         await self.store.open()
         sink = LoggingDropSink()
         sessions = SessionManager(self.store, self.config, sink)
         agent = Agent(llm=self.llm, tools=ToolRegistry(), store=self.store, config=self.config, sink=sink)
         self.dispatcher = Dispatcher(config=self.config, store=self.store, agent=agent, sessions=sessions)
         self.dispatcher.db_retry_delay = 0.2
-        self.channel = TelegramChannel(self.config())
+        self.channel = TelegramChannel(self.config(), poll_timeout=1)
         self.dispatcher.add_channel(self.channel)
-        await self.channel.start()
-        assert self.channel.receiving
+        await self.channel.start(intake=self.intake)
+        assert self.channel.active and self.channel.receiving is self.intake
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -96,7 +99,7 @@ def writes_held(db_url: str) -> Iterator[None]:
 
 
 async def test_the_message_is_journalled_before_telegram_gets_its_200(api, db_url, tmp_path):
-    async with WebhookBot(api, db_url, tmp_path) as bot:
+    async with TelegramBot(api, db_url, tmp_path) as bot:
         assert api.webhook == {"url": bot.url, "secret_token": bot.channel.webhook_secret,
                                "allowed_updates": ["message"]}
         with writes_held(db_url):
@@ -104,24 +107,24 @@ async def test_the_message_is_journalled_before_telegram_gets_its_200(api, db_ur
             await asyncio.sleep(1.0)
             assert api.webhook_deliveries == []  # no 200 while the journal cannot be written
             assert api.sent == []
-        await api.wait_for(lambda: api.webhook_deliveries == [200])
+        await api.wait_for(lambda: api.webhook_deliveries == [200], timeout=15)
         message_id = f"31:{update['message']['message_id']}"
         assert [row[0] for row in await bot.inbox()] == [message_id]
-        assert [m["text"] for m in await api.wait_for_sent(1)] == ["echo: keep me"]
+        assert [m["text"] for m in await api.wait_for_sent(1, timeout=15)] == ["echo: keep me"]
 
 
 async def test_a_forged_post_is_refused(api, db_url, tmp_path, caplog):
-    async with WebhookBot(api, db_url, tmp_path) as bot:
+    async with TelegramBot(api, db_url, tmp_path) as bot:
         api.webhook["secret_token"] = "forged"
         with caplog.at_level(logging.WARNING):
             api.push_text(32, "let me in", user_id=32)
-            await api.wait_for(lambda: api.webhook_deliveries == [403])
+            await api.wait_for(lambda: api.webhook_deliveries == [403], timeout=15)
         assert await bot.inbox() == []
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
             "telegram: a webhook post without the right secret token was refused"]
         api.webhook["secret_token"] = None  # no header at all
         api.push_text(32, "me neither", user_id=32)
-        await api.wait_for(lambda: api.webhook_deliveries == [403, 403])
+        await api.wait_for(lambda: api.webhook_deliveries == [403, 403], timeout=15)
         assert await bot.inbox() == [] and api.sent == []
 
 
@@ -131,12 +134,12 @@ async def test_a_database_failure_is_a_500_and_the_redelivery_is_answered_once(a
     monkeypatch.setattr(backend, "BUSY_TIMEOUT_MS", 300)
     db_url = f"sqlite:///{tmp_path / 'chatbot.db'}"
     api.webhook_retries, api.webhook_retry_delay = 5, 0.5
-    async with WebhookBot(api, db_url, tmp_path) as bot:
+    async with TelegramBot(api, db_url, tmp_path) as bot:
         with caplog.at_level(logging.WARNING), writes_held(db_url):
             update = api.push_text(33, "do not lose me", user_id=33)
-            await api.wait_for(lambda: api.webhook_deliveries == [500])
+            await api.wait_for(lambda: api.webhook_deliveries == [500], timeout=15)
         await api.wait_for(lambda: api.webhook_deliveries[-1:] == [200], timeout=10)
-        assert [m["text"] for m in await api.wait_for_sent(1)] == ["echo: do not lose me"]
+        assert [m["text"] for m in await api.wait_for_sent(1, timeout=15)] == ["echo: do not lose me"]
         await bot.dispatcher.wait_idle()
         await asyncio.sleep(0.5)
         assert [m["text"] for m in api.sent] == ["echo: do not lose me"]  # once
@@ -149,17 +152,76 @@ async def test_a_database_failure_is_a_500_and_the_redelivery_is_answered_once(a
 
 async def test_a_malformed_update_is_logged_once_and_answered_200(api, db_url, tmp_path, caplog):
     api.webhook_retries = 3
-    async with WebhookBot(api, db_url, tmp_path) as bot:
+    async with TelegramBot(api, db_url, tmp_path) as bot:
         with caplog.at_level(logging.WARNING):
             bad = api.push_update({"message": {"message_id": 9, "text": "no date, no chat",
                                                "from": {"id": 4, "is_bot": False, "first_name": "U"}}})
-            await api.wait_for(lambda: api.webhook_deliveries == [200])
+            await api.wait_for(lambda: api.webhook_deliveries == [200], timeout=15)
             after = api.push_text(34, "after", user_id=34)
-            await api.wait_for_sent(1)
+            await api.wait_for_sent(1, timeout=15)
             await bot.dispatcher.wait_idle()
         assert api.webhook_deliveries == [200, 200]  # the bad one was not delivered again
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-        assert len(warnings) == 1
+        assert len(warnings) == 1, warnings
         assert warnings[0].startswith(f"telegram: update {bad['update_id']} could not be read (")
         assert "no date" not in warnings[0]  # bodies are not logged
         assert await bot.inbox() == [(f"34:{after['message']['message_id']}", "done")]
+
+
+def test_telegram_webhook_port_in_the_environment_wins_over_the_file(tmp_path):
+    from config import load_config
+
+    path = tmp_path / "config.json"
+    path.write_text('{"telegram_mode": "webhook", "telegram_webhook_port": 8443}', encoding="utf-8")
+    assert load_config(path, environ={"TELEGRAM_WEBHOOK_PORT": "8444"}).telegram_webhook_port == 8444
+    assert load_config(path, environ={}).telegram_webhook_port == 8443
+
+
+# --- polling, started and stopped apart from the channel ------------------------------------------
+def get_updates_offsets(api: FakeTelegramAPI) -> list[int]:
+    """The ``offset`` of every getUpdates call so far."""
+    return [int(params.get("offset") or 0) for method, params in api.calls if method == "getUpdates"]
+
+
+async def test_a_channel_sends_without_polling_and_polls_once_told(api, db_url, tmp_path):
+    async with TelegramBot(api, db_url, tmp_path, mode="polling", intake=False) as bot:
+        first = api.push_text(41, "waiting for a leader", user_id=41)
+        await asyncio.sleep(0.5)
+        assert get_updates_offsets(api) == [] and api.pending_updates == 1
+        # it sends all the same (a reply made by this process for a message another one received)
+        await bot.channel.send(IncomingMessage(channel="telegram", chat_id="41", user_id="41", text=""), "hi")
+        assert [m["text"] for m in api.sent] == ["hi"]
+        assert await bot.channel.start_intake() and bot.channel.receiving
+        assert await bot.channel.start_intake()  # a second call changes nothing
+        await api.wait_for_sent(2, timeout=15)
+        assert api.sent[1]["text"] == "echo: waiting for a leader"
+        await bot.channel.stop_intake()
+        assert not bot.channel.receiving and bot.channel.active
+        assert api.pending_updates == 0 and get_updates_offsets(api)[-1] == first["update_id"] + 1
+        # stopped: nothing is fetched; sending goes on; polling can start again
+        calls = len(get_updates_offsets(api))
+        second = api.push_text(41, "while nobody polls", user_id=41)
+        await asyncio.sleep(0.5)
+        assert len(get_updates_offsets(api)) == calls and api.pending_updates == 1
+        await bot.channel.send(IncomingMessage(channel="telegram", chat_id="41", user_id="41", text=""), "still here")
+        assert await bot.channel.start_intake()
+        await api.wait_for(lambda: [m["text"] for m in api.sent][-1:] == ["echo: while nobody polls"], timeout=15)
+        await bot.dispatcher.wait_idle()
+        assert [row[0] for row in await bot.inbox()] == [
+            f"41:{first['message']['message_id']}", f"41:{second['message']['message_id']}"]
+
+
+async def test_stopping_polling_confirms_only_what_is_journalled(api, db_url, tmp_path):
+    async with TelegramBot(api, db_url, tmp_path, mode="polling") as bot:
+        with writes_held(db_url):
+            updates = [api.push_text(42, f"message {n}", user_id=42) for n in range(3)]
+            await asyncio.sleep(0.5)  # fetched, handed over, their journal writes waiting for the lock
+            stopping = asyncio.create_task(bot.channel.stop_intake())
+            await asyncio.sleep(0.5)
+            assert not stopping.done()
+            assert api.pending_updates == 3  # not confirmed while not journalled
+            assert all(offset <= updates[0]["update_id"] for offset in get_updates_offsets(api))
+        await asyncio.wait_for(stopping, 10)
+        assert api.pending_updates == 0
+        assert get_updates_offsets(api)[-1] == updates[-1]["update_id"] + 1
+        assert [row[0] for row in await bot.inbox()] == [f"42:{u['message']['message_id']}" for u in updates]
