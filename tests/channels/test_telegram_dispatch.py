@@ -1,6 +1,7 @@
-"""Receiving on Telegram, in one process: the fake Bot API posts webhooks to (or is polled by) the real
-TelegramChannel, whose messages go through the real dispatcher into a real database (SQLite, and
-PostgreSQL when ``TEST_DATABASE_URL`` is set). Nothing is confirmed to Telegram before it is journalled."""
+"""The Telegram channel with the real dispatcher, in one process: the fake Bot API posts webhooks to (or is
+polled by) the real TelegramChannel, whose messages go through the real dispatcher into a real database
+(SQLite, and PostgreSQL when ``TEST_DATABASE_URL`` is set). Nothing is confirmed to Telegram before it is
+journalled, and nothing is marked answered before Telegram accepted the reply."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class TelegramBot:
     """The Telegram channel (webhook mode unless told), a dispatcher with the fake model, and a real store."""
 
     def __init__(self, api: FakeTelegramAPI, db_url: str, tmp_path, *, mode: str = "webhook",
-                 intake: bool = True) -> None:
+                 intake: bool = True, send_timeout: float | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"
         self.config = ConfigHolder(Config(
@@ -48,6 +49,7 @@ class TelegramBot:
         self.store = ConversationStore(db_url)
         self.llm = FakeLLM()
         self.intake = intake
+        self.send_timeout = send_timeout
 
     async def __aenter__(self) -> TelegramBot:
         await self.store.open()
@@ -57,6 +59,8 @@ class TelegramBot:
         self.dispatcher = Dispatcher(config=self.config, store=self.store, agent=agent, sessions=sessions)
         self.dispatcher.db_retry_delay = 0.2
         self.channel = TelegramChannel(self.config(), poll_timeout=1)
+        if self.send_timeout is not None:
+            self.channel.send_timeout = self.send_timeout
         self.dispatcher.add_channel(self.channel)
         await self.channel.start(intake=self.intake)
         assert self.channel.active and self.channel.receiving is self.intake
@@ -225,3 +229,27 @@ async def test_stopping_polling_confirms_only_what_is_journalled(api, db_url, tm
         assert api.pending_updates == 0
         assert get_updates_offsets(api)[-1] == updates[-1]["update_id"] + 1
         assert [row[0] for row in await bot.inbox()] == [f"42:{u['message']['message_id']}" for u in updates]
+
+
+# --- sending ----------------------------------------------------------------------------------
+async def test_a_send_that_times_out_is_retried_delivered_once_and_only_then_answered(api, db_url, tmp_path, caplog):
+    async with TelegramBot(api, db_url, tmp_path, mode="polling", send_timeout=1.0) as bot:
+        # Telegram (or a proxy before it) holds the request past the client's read timeout.
+        api.stall_next("sendMessage", 3.0)
+        with caplog.at_level(logging.INFO, logger="dispatcher.outbox"):
+            update = api.push_text(51, "slow network", user_id=51)
+            await api.wait_for(lambda: any(method == "sendMessage" for method, _ in api.calls), timeout=15)
+            await asyncio.sleep(1.5)  # the client gave up; the outbox waits before the next try
+            assert api.sent == []
+            assert await bot.inbox() == [(f"51:{update['message']['message_id']}", "pending")]
+            assert list((await bot.store.pending_replies()).values()) == ["echo: slow network"]
+            await api.wait_for_sent(1, timeout=15)
+            await bot.dispatcher.wait_idle()
+        await asyncio.sleep(0.5)
+        assert [m["text"] for m in api.sent] == ["echo: slow network"]  # once
+        assert [method for method, _ in api.calls].count("sendMessage") == 2
+        assert await bot.inbox() == [(f"51:{update['message']['message_id']}", "done")]
+        assert len(bot.llm.history) == 1  # sent again, not made again
+        messages = [r.getMessage() for r in caplog.records if r.name == "dispatcher.outbox"]
+        assert messages[0].startswith("reply to telegram:51 failed (TimedOut: ")
+        assert messages[-1] == "reply to telegram:51 delivered after 1 retry"
