@@ -34,7 +34,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
+from telegram import BotCommand, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, ExtBot, Updater
@@ -42,6 +42,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import BaseChannel, IncomingMessage, ReplyStream
 from channels.registry import register_channel
+from channels.telegram_incoming import UpdatesRequest, skip_malformed, to_incoming
 from channels.telegram_request import AiohttpRequest
 from channels.telegram_text import MAX_MESSAGE_LENGTH, render_chunks
 from channels.telegram_webhook import WebhookServer
@@ -68,19 +69,6 @@ SEND_TIMEOUT = 20.0
 MENU_COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 #: Telegram's limit for a command's description in the menu.
 MENU_DESCRIPTION_LENGTH = 256
-#: Attachment kinds, in the order they are checked (animation before document: a GIF is both).
-CONTENT_KINDS: tuple[str, ...] = (
-    "sticker", "photo", "voice", "video_note", "video", "animation", "audio", "document", "location", "venue",
-    "contact", "poll", "dice", "game", "story", "invoice", "paid_media",
-)
-#: Service messages (members joining, pins, ...) are not conversation and are not delivered.
-SERVICE_FIELDS: tuple[str, ...] = (
-    "new_chat_members", "left_chat_member", "new_chat_title", "new_chat_photo", "delete_chat_photo",
-    "group_chat_created", "supergroup_chat_created", "channel_chat_created", "migrate_to_chat_id",
-    "migrate_from_chat_id", "pinned_message", "message_auto_delete_timer_changed", "forum_topic_created",
-    "forum_topic_edited", "forum_topic_closed", "forum_topic_reopened", "video_chat_started",
-    "video_chat_ended", "video_chat_scheduled", "video_chat_participants_invited", "write_access_allowed",
-)
 TOKEN_REJECTED = "telegram: the bot token was rejected; check telegram_bot_token / TELEGRAM_BOT_TOKEN"
 
 
@@ -96,50 +84,6 @@ def menu_commands(registry: Any) -> list[BotCommand]:
             description = description[: MENU_DESCRIPTION_LENGTH - 1] + "…"
         menu.append(BotCommand(command.name, description))
     return menu
-
-
-def skip_malformed(updates: list[Any]) -> list[Any]:
-    """Replace every raw update PTB cannot parse by a bare ``{"update_id": ...}``, logging it once.
-
-    The bare update still moves the polling offset past the bad one; dropping it instead would fetch it
-    again on every poll, and PTB would then discard the whole batch, forever.
-    """
-    out: list[Any] = []
-    for raw in updates:
-        try:
-            Update.de_json(raw, None)
-        except Exception as exc:  # noqa: BLE001 - whatever PTB raises on data it cannot read
-            update_id = raw.get("update_id") if isinstance(raw, dict) else None
-            if not isinstance(update_id, int):
-                logger.warning("telegram: an update without an id could not be read (%s); dropped",
-                               type(exc).__name__)
-                continue
-            logger.warning("telegram: update %d could not be read (%s: %.200s); skipped", update_id,
-                           type(exc).__name__, exc)
-            raw = {"update_id": update_id}
-        out.append(raw)
-    return out
-
-
-class UpdatesRequest(AiohttpRequest):
-    """The request object for ``getUpdates``: it hands PTB only updates PTB can parse, and polls again
-    (which confirms the previous batch to Telegram) only once ``before_poll`` returns."""
-
-    before_poll: Any = None
-
-    async def do_request(self, *args: Any, **kwargs: Any) -> Any:
-        """Wait for ``before_poll`` (the previous batch is journalled), then poll."""
-        if self.before_poll is not None:
-            await self.before_poll()
-        return await super().do_request(*args, **kwargs)
-
-    def parse_json_payload(self, payload: bytes) -> Any:
-        """Parse the answer, and replace each update PTB cannot read (see :func:`skip_malformed`)."""
-        data = super().parse_json_payload(payload)
-        result = data.get("result") if isinstance(data, dict) else None
-        if isinstance(result, list) and result:
-            data["result"] = skip_malformed(result)
-        return data
 
 
 def file_url_for(base_url: str) -> str:
@@ -170,6 +114,8 @@ class TelegramChannel(BaseChannel):
         self._consumer: asyncio.Task | None = None
         #: set while the webhook server runs
         self.webhook_server: WebhookServer | None = None
+        #: why receiving could not start, the last time it failed
+        self.intake_error = ""
         self.active = False
         self.bot_id: int | None = None
         base = (config.telegram_base_url or "https://api.telegram.org/bot").rstrip("/")
@@ -197,15 +143,18 @@ class TelegramChannel(BaseChannel):
         cfg = self.config
         if not cfg.telegram_bot_token:
             logger.error("telegram: no bot token; set telegram_bot_token / TELEGRAM_BOT_TOKEN")
+            self.fail("no bot token: set telegram_bot_token / TELEGRAM_BOT_TOKEN")
             return
         if cfg.telegram_mode == "webhook" and not cfg.telegram_webhook_url:
             logger.error("telegram: telegram_mode is webhook but telegram_webhook_url is empty")
+            self.fail("telegram_mode is webhook but telegram_webhook_url is empty")
             return
         bot = self._build_bot()
         try:
             await bot.initialize()  # getMe: checks the token
         except (InvalidToken, Forbidden):
             logger.error(TOKEN_REJECTED)
+            self.fail(TOKEN_REJECTED.removeprefix("telegram: "))
             await bot.shutdown()
             return
         except TelegramError as exc:
@@ -225,6 +174,7 @@ class TelegramChannel(BaseChannel):
         logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
         if intake and not await self.start_intake():
             await self.stop()
+            self.fail(f"cannot start {cfg.telegram_mode} mode ({self.intake_error})")
 
     def _build_bot(self) -> ExtBot:
         request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=self.send_timeout,
@@ -253,6 +203,7 @@ class TelegramChannel(BaseChannel):
                 await self._start_polling(self.bot)
         except (TelegramError, OSError) as exc:
             logger.error("telegram: cannot start %s mode: %s; not receiving", mode, exc)
+            self.intake_error = str(exc) or type(exc).__name__
             return False
         logger.info("telegram: receiving (%s)", mode)
         return True
@@ -357,66 +308,7 @@ class TelegramChannel(BaseChannel):
 
     def to_incoming(self, message: Message) -> IncomingMessage | None:
         """Turn a PTB message into an :class:`IncomingMessage`, or None for a service message."""
-        chat = message.chat
-        text = message.text if message.text is not None else (message.caption or "")
-        content_type = "text" if message.text is not None else ""
-        if not content_type:
-            content_type = next((kind for kind in CONTENT_KINDS if getattr(message, kind, None)), "")
-        if not content_type:
-            if any(getattr(message, name, None) for name in SERVICE_FIELDS):
-                return None
-            content_type = "other"
-        sender = message.from_user
-        if sender is not None:
-            user_id, user_name = str(sender.id), sender.full_name or sender.username or ""
-        elif message.sender_chat is not None:
-            user_id, user_name = str(message.sender_chat.id), message.sender_chat.title or ""
-        else:
-            user_id, user_name = str(chat.id), ""
-        replied = message.reply_to_message
-        reply_to_bot = bool(replied and replied.from_user and replied.from_user.id == self.bot_id)
-        reply_to_name, reply_to_text = ("", "") if reply_to_bot else self._replied(message, sender)
-        extra: dict[str, Any] = {}
-        if message.is_topic_message and message.message_thread_id:
-            extra["thread_id"] = message.message_thread_id
-        return IncomingMessage(
-            channel=self.name, chat_id=str(chat.id), user_id=user_id, text=text, user_name=user_name,
-            is_group=chat.type in ("group", "supergroup"), group_name=chat.title or "",
-            mentions_bot=self._mentions_bot(message, text), reply_to_bot=reply_to_bot,
-            message_id=f"{chat.id}:{message.message_id}", time=message.date, content_type=content_type,
-            is_from_bot=sender is not None and (sender.is_bot or sender.id == self.bot_id), extra=extra,
-            reply_to_text=reply_to_text, reply_to_name=reply_to_name,
-        )
-
-    @staticmethod
-    def _replied(message: Message, sender: Any) -> tuple[str, str]:
-        """The author and text of the message this one replies to, when that is someone else's; else ("", "").
-
-        A quoted part (Telegram's "quote") stands for the whole message. A topic's creation message, which
-        every message of a forum topic formally replies to, has no text and so gives nothing.
-        """
-        replied = message.reply_to_message
-        if replied is None:
-            return "", ""
-        author = replied.from_user
-        if author is not None and sender is not None and author.id == sender.id:
-            return "", ""
-        text = (message.quote.text if message.quote else "") or replied.text or replied.caption or ""
-        if author is not None:
-            name = author.full_name or author.username or str(author.id)
-        else:
-            name = replied.sender_chat.title if replied.sender_chat is not None else ""
-        return (name, text) if text else ("", "")
-
-    def _mentions_bot(self, message: Message, text: str) -> bool:
-        name = self.bot_username.lower()
-        entities = message.parse_entities() if message.text is not None else message.parse_caption_entities()
-        for entity, value in entities.items():
-            if entity.type == MessageEntity.MENTION and name and value.lower() == "@" + name:
-                return True
-            if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == self.bot_id:
-                return True
-        return bool(name) and re.search(rf"@{re.escape(name)}\b", text, re.IGNORECASE) is not None
+        return to_incoming(message, channel=self.name, bot_id=self.bot_id, bot_username=self.bot_username)
 
     # --- outgoing ----------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:
@@ -547,4 +439,4 @@ def _reply_parameters(to: IncomingMessage) -> ReplyParameters | None:
     return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
 
 
-__all__ = ["TelegramChannel", "retry_seconds", "menu_commands", "skip_malformed", "TOKEN_REJECTED"]
+__all__ = ["TelegramChannel", "UpdatesRequest", "retry_seconds", "menu_commands", "skip_malformed", "TOKEN_REJECTED"]
