@@ -143,6 +143,16 @@ class BaseChannel(ABC):
         #: set by the dispatcher: waits until every message handed over is journalled (see
         #: ``Dispatcher.intake_settled``); a channel awaits it before confirming messages to its platform
         self.intake_settled: Callable[[], Awaitable[None]] | None = None
+        #: why the channel cannot run any more (see :meth:`fail`); None while it can
+        self.failure: str | None = None
+        #: set by :meth:`fail`; the app stops when every channel's is set
+        self.failed = asyncio.Event()
+
+    def fail(self, reason: str) -> None:
+        """The channel cannot run any more (a rejected token, a login that failed for good); ``reason`` says
+        why in one line. Call it on the event loop. When no channel can run, the app exits with the reasons."""
+        self.failure = reason
+        self.failed.set()
 
     def set_handler(self, handler: MessageHandler, submit: MessageSubmitter | None = None) -> None:
         """Set the coroutine that receives every incoming message, and optionally its synchronous counterpart."""
