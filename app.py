@@ -14,10 +14,8 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
@@ -26,14 +24,7 @@ from agent.tokens import check_context_window, context_window
 from agent.tools.base import ToolRegistry
 from channels.base import BaseChannel
 from channels.terminal import start_banner, stdin_is_terminal
-from config import (
-    DEFAULT_API_BASE,
-    SECRET_KEYS,
-    Config,
-    ConfigHolder,
-    endpoint_refused_hint,
-    load_config,
-)
+from config import Config, ConfigHolder, load_config
 from core.errors import ConfigError
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
@@ -44,6 +35,18 @@ from memory.store import ConversationStore
 from memory.summarizer import Summarizer
 from plugins.builtin.config_watch import ConfigWatcher
 from plugins.manager import install as install_plugins
+from startup import (
+    SETUP_ERROR,
+    Redactor,
+    SetupError,
+    channel_problems,
+    check_channels,
+    check_data_dir,
+    lock_database,
+    probe_model_endpoint,
+    setup_logging,
+    start_line,
+)
 
 logger = logging.getLogger("app")
 
@@ -77,119 +80,6 @@ class Services:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-#: The log file rotates at this size, keeping this many old files (bot.log.1, …).
-LOG_MAX_BYTES = 5 * 1024 * 1024
-LOG_BACKUPS = 3
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-#: Exit status of a configuration or setup mistake (one line on stderr says what to fix).
-SETUP_ERROR = 2
-
-
-class Redactor:
-    """Replaces the secrets in force with ``[secret]`` in every log line (tracebacks included)."""
-
-    def __init__(self) -> None:
-        self.secrets: list[str] = []
-
-    def update(self, cfg: Config) -> None:
-        """Take the secrets of ``cfg`` (called again after every config change)."""
-        values = {getattr(cfg, key) for key in SECRET_KEYS} | {_db_password(cfg.db_url)}
-        # longest first, so a secret containing another is masked whole
-        self.secrets = sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, "[secret]")
-        return text
-
-
-def _db_password(url: str) -> str:
-    if "://" not in url or "@" not in url:
-        return ""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).password or ""
-    except Exception:  # noqa: BLE001 - a malformed URL fails later, with its own message
-        return ""
-
-
-class LogFormatter(logging.Formatter):
-    """The log file's format, secrets masked."""
-
-    def __init__(self, redact: Redactor) -> None:
-        super().__init__(LOG_FORMAT)
-        self.redact = redact
-
-    def format(self, record: logging.LogRecord) -> str:
-        """Format, then mask secrets."""
-        return self.redact(super().format(record))
-
-
-class ConsoleFormatter(LogFormatter):
-    """One line per record on the console: tracebacks stay in the log file."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The message line only; a traceback is pointed to, not printed."""
-        line = self.redact(logging.Formatter.format(self, _without_traceback(record)))
-        if record.exc_info or record.exc_text:
-            line += " (details in bot.log)"
-        return line
-
-
-def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
-    copy = logging.makeLogRecord(record.__dict__)
-    copy.exc_info = None
-    copy.exc_text = None
-    copy.stack_info = None
-    return copy
-
-
-class ConsoleHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is now: on a terminal, the prompt's patched stream, so log lines
-    land above the prompt instead of inside it."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property
-    def stream(self):  # noqa: D102 - StreamHandler's attribute, looked up at each write
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
-
-
-def setup_logging(cfg: Config, quiet_console: bool) -> Redactor:
-    """INFO to ``<data_dir>/bot.log`` (rotating, owner-only); INFO to stderr too, unless an interactive
-    terminal owns the screen (then warnings only). Secrets are masked everywhere; returns the masker so
-    config changes can update it."""
-    redact = Redactor()
-    redact.update(cfg)
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
-    console = ConsoleHandler()
-    console.setLevel(logging.WARNING if quiet_console else logging.INFO)
-    console.setFormatter(ConsoleFormatter(redact))
-    root.addHandler(console)
-    log_path = cfg.data_path() / "bot.log"
-    try:
-        os.close(os.open(log_path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600))
-        file_handler = RotatingFileHandler(log_path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
-                                           encoding="utf-8")
-        file_handler.setFormatter(LogFormatter(redact))
-        root.addHandler(file_handler)
-    except OSError as exc:
-        logger.warning("cannot write the log file %s: %s", log_path, exc.strerror or exc)
-    for noisy in ("httpx", "httpx2", "httpcore", "telegram.ext.Updater", "apscheduler", "aiosqlite", "watchfiles"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # Alembic's INFO lines are migration chatter; the store logs the schema version it reached.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    return redact
-
-
 def build_llm(cfg: Config):
     """The model client, or a stand-in that explains how to configure one."""
     if not cfg.model_configured:
@@ -208,11 +98,21 @@ def model_window(config: Any) -> Any:
     return window
 
 
-def build_channels(cfg: Config, services: Any = None) -> list[BaseChannel]:
-    """The channels named by ``channel_type``, built through the channel registry."""
+def build_channels(cfg: Config, services: Any = None, failures: dict[str, str] | None = None) -> list[BaseChannel]:
+    """The channels named by ``channel_type``, built through the channel registry. With ``failures``, a channel
+    that cannot be built is logged and left out, with the reason put there; without, the error is raised."""
     from channels.registry import create_channel
 
-    return [create_channel(name, config=cfg, services=services) for name in cfg.channels]
+    channels = []
+    for name in cfg.channels:
+        try:
+            channels.append(create_channel(name, config=cfg, services=services))
+        except Exception as exc:
+            if failures is None:
+                raise
+            logger.exception("channel %s cannot be built", name)
+            failures[name] = f"cannot be built ({type(exc).__name__}: {exc})"
+    return channels
 
 
 class App:
@@ -228,6 +128,8 @@ class App:
         self._adopt: asyncio.Task | None = None
         #: masks secrets in log lines; set by main() once logging is set up
         self.redact: Redactor | None = None
+        #: the channels that cannot run, with the reason (failed to build or start, or later, e.g. WeChat's login)
+        self.channel_failures: dict[str, str] = {}
 
     def request_stop(self) -> None:
         """Ask for a graceful stop (SIGINT/SIGTERM)."""
@@ -265,7 +167,7 @@ class App:
         install_plugins(services)
         # Started after "ready"; it reads the file's digest now, so an edit made in between is still seen.
         services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
-        services.channels = build_channels(cfg, services)
+        services.channels = build_channels(cfg, services, self.channel_failures)
         for channel in services.channels:
             dispatcher.add_channel(channel)
         return services
@@ -289,27 +191,39 @@ class App:
             print(NO_MODEL_HINT, flush=True)
         try:
             services.dispatcher.hold_intake()  # until resume_pending has queued the journal's unanswered ones
-            failed: dict[str, str] = {}
             for channel in services.channels:
                 try:
                     await channel.start()
                 except Exception as exc:  # noqa: BLE001 - one broken channel must not stop the others
                     logger.exception("channel %s failed to start", channel.name)
-                    failed[channel.name] = str(exc) or type(exc).__name__
-            if services.channels and len(failed) == len(services.channels):
-                reasons = "; ".join(f"{name}: {why}" for name, why in failed.items())
-                print(f"setup error: no channel could start: {self.redact(reasons) if self.redact else reasons}"
-                      " (details in bot.log)", file=sys.stderr, flush=True)
-                return SETUP_ERROR
-            await services.summarizer.start()
-            await services.dispatcher.resume_pending()
-            logger.info("ready: %s", ", ".join(c.name for c in services.channels) or "no channels")
-            await self.start_background(services)
-            self._probe = asyncio.create_task(self._check_model_endpoint(cfg), name="model endpoint probe")
-            await self._wait(services)
+                    channel.fail(str(exc) or type(exc).__name__)
+            if not self._no_channel_left(services):
+                await services.summarizer.start()
+                await services.dispatcher.resume_pending()
+                logger.info("ready: %s", ", ".join(c.name for c in services.channels) or "no channels")
+                await self.start_background(services)
+                self._probe = asyncio.create_task(self._check_model_endpoint(cfg), name="model endpoint probe")
+                await self._wait(services)
         finally:
             await self.shutdown(services)
+        if self._no_channel_left(services):
+            return self._no_channel_error()
         return 0
+
+    def _no_channel_left(self, services: Services) -> bool:
+        """True when channels were configured and none of them can run (any more)."""
+        for channel in services.channels:
+            if channel.failure is not None:
+                self.channel_failures.setdefault(channel.name, channel.failure)
+        return bool(self.channel_failures) and all(c.failure is not None for c in services.channels)
+
+    def _no_channel_error(self) -> int:
+        """Say in one line on stderr why no channel can run; the exit status of a setup mistake."""
+        reasons = "; ".join(f"{name}: {why}" for name, why in self.channel_failures.items())
+        if self.redact is not None:
+            reasons = self.redact(reasons)
+        print(f"setup error: no channel can run: {reasons}", file=sys.stderr, flush=True)
+        return SETUP_ERROR
 
     async def _check_model_endpoint(self, cfg: Config) -> None:
         """Say in one line, at start, when a custom model endpoint refuses connections (a local server that is
@@ -371,10 +285,18 @@ class App:
         waits = [stop]
         if services.channels and all(c.finite for c in services.channels):
             waits.append(asyncio.create_task(self._finite_done(services)))
+        if services.channels:
+            # every channel failed for good (WeChat's login, say): nothing can arrive any more
+            waits.append(asyncio.create_task(self._all_failed(services)))
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for task in waits:
             task.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
+
+    @staticmethod
+    async def _all_failed(services: Services) -> None:
+        for channel in services.channels:
+            await channel.failed.wait()
 
     async def _finite_done(self, services: Services) -> None:
         await asyncio.gather(*(c.wait_closed() for c in services.channels))
@@ -440,80 +362,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-class SetupError(Exception):
-    """A setup mistake the operator must fix; its message is the one line shown."""
-
-
-def check_data_dir(cfg: Config) -> None:
-    """Create the data folder (owner-only) and prove it can be written; raise :class:`SetupError` if not."""
-    folder = cfg.data_path()
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        probe = folder / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-        if not cfg.db_url:
-            # created owner-only before SQLite opens it; SQLite gives its -wal and -shm files the same mode
-            os.close(os.open(folder / "chatbot.db", os.O_CREAT | os.O_WRONLY, 0o600))
-    except OSError as exc:
-        raise SetupError(f"the data folder {folder} cannot be written ({exc.strerror or exc}); "
-                         "fix its permissions or set data_dir in config.json to a folder you can write") from None
-
-
-def channel_problems(cfg: Config) -> dict[str, str]:
-    """The configured channels that cannot run, each with the reason."""
-    problems = {}
-    if "telegram" in cfg.channels and not cfg.telegram_bot_token:
-        problems["telegram"] = ("telegram_bot_token is empty: get a token from @BotFather and set "
-                                "TELEGRAM_BOT_TOKEN or telegram_bot_token in config.json")
-    return problems
-
-
-def check_channels(cfg: Config) -> None:
-    """Raise :class:`SetupError` when no configured channel can run."""
-    problems = channel_problems(cfg)
-    if problems and len(problems) == len(cfg.channels):
-        raise SetupError("no channel can run: " + "; ".join(f"{name}: {why}" for name, why in problems.items()))
-
-
-def start_line(cfg: Config) -> str:
-    """The log's first line: model, endpoint, channels, database (password hidden) and data folder."""
-    return (f"starting: model {cfg.model} at {cfg.open_ai_api_base}; channels {', '.join(cfg.channels)}; "
-            f"database {database_label(cfg)}; data folder {cfg.data_path()}")
-
-
-def database_label(cfg: Config) -> str:
-    """The database URL with any password hidden."""
-    url = cfg.database_url()
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - shown as configured when SQLAlchemy cannot parse it
-        return url if "@" not in url else "(unparsable URL)"
-
-
-async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:
-    """For a custom endpoint: connect once; return the one-line hint when the connection is refused."""
-    if not cfg.model_configured or cfg.open_ai_api_base.rstrip("/") == DEFAULT_API_BASE:
-        return None
-    parsed = urlsplit(cfg.open_ai_api_base)
-    if not parsed.hostname:
-        return None
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        _reader, writer = await asyncio.wait_for(asyncio.open_connection(parsed.hostname, port), wait)
-    except ConnectionRefusedError:
-        return endpoint_refused_hint(cfg.open_ai_api_base)
-    except (OSError, TimeoutError) as exc:
-        logger.debug("model endpoint probe: %s", exc)
-        return None
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description="An LLM chatbot that never loses what people said.")
@@ -534,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return SETUP_ERROR
     try:
         check_data_dir(cfg)
+        lock_database(cfg)
         check_channels(cfg)
         window_note = check_context_window(cfg.model, cfg.model_context_window) if cfg.model_configured else None
     except SetupError as exc:

@@ -32,6 +32,7 @@ ENV_OVERRIDES = {
     "OPENAI_API_KEY": "open_ai_api_key",
     "OPENAI_BASE_URL": "open_ai_api_base",
     "TELEGRAM_BOT_TOKEN": "telegram_bot_token",
+    "TELEGRAM_WEBHOOK_PORT": "telegram_webhook_port",  # several processes sharing one config.json
 }
 #: Keys whose values are masked wherever they are shown.
 SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password"})
@@ -371,12 +372,12 @@ def read_file_data(path: Path) -> dict[str, Any]:
 
 
 def apply_environment(data: dict[str, Any], environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """Return ``data`` with the secret environment variables applied (they win over the file)."""
+    """Return ``data`` with the environment variables of :data:`ENV_OVERRIDES` applied (they win over the file)."""
     env = os.environ if environ is None else environ
     out = dict(data)
     for var, key in ENV_OVERRIDES.items():
         if env.get(var):
-            out[key] = env[var]
+            out[key] = int(env[var]) if key == "telegram_webhook_port" and env[var].isdigit() else env[var]
     return out
 
 

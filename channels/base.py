@@ -94,8 +94,8 @@ class IncomingMessage:
 
 _FIELD_NAMES = tuple(f.name for f in fields(IncomingMessage))
 
-#: What a channel calls for every incoming message.
-MessageHandler = Callable[[IncomingMessage], Awaitable[None]]
+#: What a channel calls for every incoming message; False means it was not journalled (None counts as taken).
+MessageHandler = Callable[[IncomingMessage], Awaitable[bool | None]]
 #: The synchronous counterpart: takes the message in arrival order and returns at once.
 MessageSubmitter = Callable[[IncomingMessage], None]
 
@@ -143,18 +143,29 @@ class BaseChannel(ABC):
         #: set by the dispatcher: waits until every message handed over is journalled (see
         #: ``Dispatcher.intake_settled``); a channel awaits it before confirming messages to its platform
         self.intake_settled: Callable[[], Awaitable[None]] | None = None
+        #: why the channel cannot run any more (see :meth:`fail`); None while it can
+        self.failure: str | None = None
+        #: set by :meth:`fail`; the app stops when every channel's is set
+        self.failed = asyncio.Event()
+
+    def fail(self, reason: str) -> None:
+        """The channel cannot run any more (a rejected token, a login that failed for good); ``reason`` says
+        why in one line. Call it on the event loop. When no channel can run, the app exits with the reasons."""
+        self.failure = reason
+        self.failed.set()
 
     def set_handler(self, handler: MessageHandler, submit: MessageSubmitter | None = None) -> None:
         """Set the coroutine that receives every incoming message, and optionally its synchronous counterpart."""
         self._handler = handler
         self._submitter = submit
 
-    async def deliver(self, message: IncomingMessage) -> None:
-        """Hand one message to the dispatcher and wait until it is taken."""
+    async def deliver(self, message: IncomingMessage) -> bool:
+        """Hand one message to the dispatcher and wait until it is taken: True once it is journalled (or needs
+        no journal), False when it is not (no receiver, or the database refused it)."""
         if self._handler is None:
             logger.warning("channel %s has no handler; message dropped", self.name)
-            return
-        await self._handler(message)
+            return False
+        return await self._handler(message) is not False
 
     def deliver_nowait(self, message: IncomingMessage) -> None:
         """Hand one message over without waiting; a chat's messages are taken in arrival order."""

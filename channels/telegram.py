@@ -1,13 +1,18 @@
 """The Telegram channel: python-telegram-bot 22 with a manual lifecycle on the shared event loop.
 
-Polling or webhook, through PTB's standalone pieces: an ``ExtBot`` and an ``Updater`` that fills a
-queue. One consumer task turns each update into an :class:`IncomingMessage` and submits it to the
-dispatcher synchronously, so updates are taken in arrival order with no task or lock per update; the
-dispatcher's per-session workers run different chats concurrently. PTB's ``Application`` is not used.
-Measured at Telegram's rate (bench/telegram_intake.py) it costs the same CPU per update as this path, so
-the choice is not about speed: this path hands each update over synchronously in arrival order, and at
-stop hands over what was fetched and acknowledged, with no handler groups or ``CallbackContext`` in
-between; ordering, concurrency and error isolation are the dispatcher's job.
+Polling or webhook, through PTB's standalone pieces and no ``Application``. Polling: an ``Updater`` fills a
+queue, and one consumer task turns each update into an :class:`IncomingMessage` and submits it to the
+dispatcher synchronously, so updates are taken in arrival order with no task or lock per update; the next
+``getUpdates``, whose offset confirms a batch to Telegram, waits until the batch is journalled. Webhook:
+our own server (:mod:`channels.telegram_webhook`) answers each post only once its message is journalled.
+Measured at Telegram's rate (bench/telegram_intake.py) PTB's ``Application`` costs the same CPU per update
+as this path, so the choice is not about speed: nothing is confirmed to Telegram before it is journalled,
+with no handler groups or ``CallbackContext`` in between; ordering, concurrency and error isolation are the
+dispatcher's job.
+
+Receiving can start and stop apart from the connection (:meth:`TelegramChannel.start_intake`,
+:meth:`TelegramChannel.stop_intake`): of several processes on one database, all send, and in polling mode
+only the elected one polls.
 
 An update PTB cannot parse (a Bot API change, a broken proxy) is logged once, by id, and skipped; the
 updates after it are taken as usual. Messages sent by bots are marked ``is_from_bot`` and so ignored.
@@ -29,7 +34,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update
+from telegram import BotCommand, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, ExtBot, Updater
@@ -37,8 +42,10 @@ from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import BaseChannel, IncomingMessage, ReplyStream
 from channels.registry import register_channel
+from channels.telegram_incoming import UpdatesRequest, skip_malformed, to_incoming
 from channels.telegram_request import AiohttpRequest
 from channels.telegram_text import MAX_MESSAGE_LENGTH, render_chunks
+from channels.telegram_webhook import WebhookServer
 
 logger = logging.getLogger(__name__)
 
@@ -56,23 +63,12 @@ GROUP_EDIT_INTERVAL = 3.0
 GROUP_EDIT_BURST = 3
 #: A reply longer than this is split and rendered in a worker thread, so other chats are not held up.
 RENDER_IN_THREAD_CHARS = 4 * MAX_MESSAGE_LENGTH
+#: Seconds a Bot API call other than getUpdates may take (write and read each) before it counts as failed.
+SEND_TIMEOUT = 20.0
 #: What Telegram accepts as a command name in the menu.
 MENU_COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 #: Telegram's limit for a command's description in the menu.
 MENU_DESCRIPTION_LENGTH = 256
-#: Attachment kinds, in the order they are checked (animation before document: a GIF is both).
-CONTENT_KINDS: tuple[str, ...] = (
-    "sticker", "photo", "voice", "video_note", "video", "animation", "audio", "document", "location", "venue",
-    "contact", "poll", "dice", "game", "story", "invoice", "paid_media",
-)
-#: Service messages (members joining, pins, ...) are not conversation and are not delivered.
-SERVICE_FIELDS: tuple[str, ...] = (
-    "new_chat_members", "left_chat_member", "new_chat_title", "new_chat_photo", "delete_chat_photo",
-    "group_chat_created", "supergroup_chat_created", "channel_chat_created", "migrate_to_chat_id",
-    "migrate_from_chat_id", "pinned_message", "message_auto_delete_timer_changed", "forum_topic_created",
-    "forum_topic_edited", "forum_topic_closed", "forum_topic_reopened", "video_chat_started",
-    "video_chat_ended", "video_chat_scheduled", "video_chat_participants_invited", "write_access_allowed",
-)
 TOKEN_REJECTED = "telegram: the bot token was rejected; check telegram_bot_token / TELEGRAM_BOT_TOKEN"
 
 
@@ -88,50 +84,6 @@ def menu_commands(registry: Any) -> list[BotCommand]:
             description = description[: MENU_DESCRIPTION_LENGTH - 1] + "…"
         menu.append(BotCommand(command.name, description))
     return menu
-
-
-def skip_malformed(updates: list[Any]) -> list[Any]:
-    """Replace every raw update PTB cannot parse by a bare ``{"update_id": ...}``, logging it once.
-
-    The bare update still moves the polling offset past the bad one; dropping it instead would fetch it
-    again on every poll, and PTB would then discard the whole batch, forever.
-    """
-    out: list[Any] = []
-    for raw in updates:
-        try:
-            Update.de_json(raw, None)
-        except Exception as exc:  # noqa: BLE001 - whatever PTB raises on data it cannot read
-            update_id = raw.get("update_id") if isinstance(raw, dict) else None
-            if not isinstance(update_id, int):
-                logger.warning("telegram: an update without an id could not be read (%s); dropped",
-                               type(exc).__name__)
-                continue
-            logger.warning("telegram: update %d could not be read (%s: %.200s); skipped", update_id,
-                           type(exc).__name__, exc)
-            raw = {"update_id": update_id}
-        out.append(raw)
-    return out
-
-
-class UpdatesRequest(AiohttpRequest):
-    """The request object for ``getUpdates``: it hands PTB only updates PTB can parse, and polls again
-    (which confirms the previous batch to Telegram) only once ``before_poll`` returns."""
-
-    before_poll: Any = None
-
-    async def do_request(self, *args: Any, **kwargs: Any) -> Any:
-        """Wait for ``before_poll`` (the previous batch is journalled), then poll."""
-        if self.before_poll is not None:
-            await self.before_poll()
-        return await super().do_request(*args, **kwargs)
-
-    def parse_json_payload(self, payload: bytes) -> Any:
-        """Parse the answer, and replace each update PTB cannot read (see :func:`skip_malformed`)."""
-        data = super().parse_json_payload(payload)
-        result = data.get("result") if isinstance(data, dict) else None
-        if isinstance(result, list) and result:
-            data["result"] = skip_malformed(result)
-        return data
 
 
 def file_url_for(base_url: str) -> str:
@@ -153,10 +105,17 @@ class TelegramChannel(BaseChannel):
         #: the application's parts; the command menu is read from ``services.commands`` at start
         self.services = services
         self.poll_timeout = poll_timeout
+        #: seconds a send, edit or typing call may take before it counts as failed (and is retried)
+        self.send_timeout = SEND_TIMEOUT
         #: set while the channel is connected; sends and typing go through it
         self.bot: ExtBot | None = None
+        #: set while polling runs
         self.updater: Updater | None = None
         self._consumer: asyncio.Task | None = None
+        #: set while the webhook server runs
+        self.webhook_server: WebhookServer | None = None
+        #: why receiving could not start, the last time it failed
+        self.intake_error = ""
         self.active = False
         self.bot_id: int | None = None
         base = (config.telegram_base_url or "https://api.telegram.org/bot").rstrip("/")
@@ -169,20 +128,33 @@ class TelegramChannel(BaseChannel):
         self._next_edit: dict[int, float] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Connect, register the command menu and start receiving; log one line and stay inactive on failure."""
+    @property
+    def receiving(self) -> bool:
+        """True while updates come in (polling runs, or the webhook server listens)."""
+        return self.updater is not None or self.webhook_server is not None
+
+    async def start(self, intake: bool = True) -> None:
+        """Connect and register the command menu, then (``intake``) start receiving; on failure log one line
+        and stay inactive.
+
+        With ``intake=False`` the channel sends but does not receive until :meth:`start_intake`: of several
+        processes on one database, only the one elected to poll receives in polling mode.
+        """
         cfg = self.config
         if not cfg.telegram_bot_token:
             logger.error("telegram: no bot token; set telegram_bot_token / TELEGRAM_BOT_TOKEN")
+            self.fail("no bot token: set telegram_bot_token / TELEGRAM_BOT_TOKEN")
             return
         if cfg.telegram_mode == "webhook" and not cfg.telegram_webhook_url:
             logger.error("telegram: telegram_mode is webhook but telegram_webhook_url is empty")
+            self.fail("telegram_mode is webhook but telegram_webhook_url is empty")
             return
         bot = self._build_bot()
         try:
             await bot.initialize()  # getMe: checks the token
         except (InvalidToken, Forbidden):
             logger.error(TOKEN_REJECTED)
+            self.fail(TOKEN_REJECTED.removeprefix("telegram: "))
             await bot.shutdown()
             return
         except TelegramError as exc:
@@ -198,25 +170,15 @@ class TelegramChannel(BaseChannel):
                 await bot.set_my_commands(menu_commands(commands))
             except TelegramError as exc:
                 logger.warning("telegram: could not register the command menu: %s", exc)
-        updates: asyncio.Queue[object] = asyncio.Queue()
-        updater = Updater(bot, updates)
-        await updater.initialize()  # the bot is initialised already: nothing more is called
-        try:
-            await self._start_updater(updater)
-        except TelegramError as exc:
-            logger.error("telegram: cannot start %s mode: %s; the channel is inactive", cfg.telegram_mode, exc)
-            self.bot = None
-            await updater.shutdown()
-            await bot.shutdown()
-            return
-        self.updater = updater
-        self._consumer = asyncio.create_task(self._consume(updates), name="telegram:updates")
         self.active = True
         logger.info("telegram: connected as @%s (%s)", self.bot_username, cfg.telegram_mode)
+        if intake and not await self.start_intake():
+            await self.stop()
+            self.fail(f"cannot start {cfg.telegram_mode} mode ({self.intake_error})")
 
     def _build_bot(self) -> ExtBot:
-        request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=20, write_timeout=20,
-                                 pool_timeout=10)
+        request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=self.send_timeout,
+                                 write_timeout=self.send_timeout, pool_timeout=10)
         # Long polls add their own timeout to read_timeout.
         updates_request = UpdatesRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
                                          write_timeout=10, pool_timeout=10)
@@ -225,36 +187,88 @@ class TelegramChannel(BaseChannel):
                       request=request, get_updates_request=updates_request,
                       rate_limiter=AIORateLimiter() if self.config.telegram_rate_limit else None)
 
-    async def _start_updater(self, updater: Updater) -> None:
-        cfg = self.config
-        if cfg.telegram_mode == "webhook":
-            path = urlsplit(cfg.telegram_webhook_url).path.strip("/") or "telegram"
-            await updater.start_webhook(
-                listen=cfg.telegram_webhook_listen, port=cfg.telegram_webhook_port, url_path=path,
-                webhook_url=cfg.telegram_webhook_url, secret_token=self.webhook_secret,
-                allowed_updates=["message"], drop_pending_updates=False, bootstrap_retries=2)
-        else:
-            await updater.start_polling(
-                timeout=self.poll_timeout, allowed_updates=["message"], drop_pending_updates=False,
-                bootstrap_retries=2, error_callback=self._on_poll_error)
-
-    async def stop(self) -> None:
-        """Stop receiving and disconnect; safe to call twice or after a failed start."""
-        bot, updater, consumer = self.bot, self.updater, self._consumer
-        self.bot, self.updater, self._consumer = None, None, None
-        self.active = False
+    async def start_intake(self) -> bool:
+        """Start receiving: long polling, or the webhook server and ``setWebhook``. True when it runs; a failure
+        is one log line and False (sending goes on)."""
+        if self.bot is None:
+            logger.error("telegram: cannot receive before the channel is connected")
+            return False
+        if self.receiving:
+            return True
+        mode = self.config.telegram_mode
         try:
+            if mode == "webhook":
+                await self._start_webhook(self.bot)
+            else:
+                await self._start_polling(self.bot)
+        except (TelegramError, OSError) as exc:
+            logger.error("telegram: cannot start %s mode: %s; not receiving", mode, exc)
+            self.intake_error = str(exc) or type(exc).__name__
+            return False
+        logger.info("telegram: receiving (%s)", mode)
+        return True
+
+    async def _start_polling(self, bot: ExtBot) -> None:
+        updates: asyncio.Queue[object] = asyncio.Queue()
+        updater = Updater(bot, updates)
+        await updater.initialize()  # the bot is initialised already: nothing is called
+        # (never updater.shutdown(): it shuts the bot down, and replies still go through it)
+        await updater.start_polling(
+            timeout=self.poll_timeout, allowed_updates=["message"], drop_pending_updates=False,
+            bootstrap_retries=2, error_callback=self._on_poll_error)
+        self.updater = updater
+        self._consumer = asyncio.create_task(self._consume(updates), name="telegram:updates")
+
+    async def _start_webhook(self, bot: ExtBot) -> None:
+        cfg = self.config
+        path = urlsplit(cfg.telegram_webhook_url).path.strip("/") or "telegram"
+        server = WebhookServer(self, listen=cfg.telegram_webhook_listen, port=cfg.telegram_webhook_port,
+                               path=path, secret=self.webhook_secret)
+        await server.start()
+        try:
+            await bot.set_webhook(cfg.telegram_webhook_url, secret_token=self.webhook_secret,
+                                  allowed_updates=["message"])
+        except BaseException:
+            await server.stop()
+            raise
+        self.webhook_server = server
+
+    async def stop_intake(self) -> None:
+        """Stop receiving; sending goes on.
+
+        Polling: the updates fetched so far are handed over and journalled, and only then confirmed to
+        Telegram (the offset of one last ``getUpdates``), so a crash cannot lose them. Webhook: the server
+        answers the posts in flight and closes. The webhook stays set on purpose, never ``deleteWebhook``:
+        with several processes behind one URL the others still serve it, and a lone process that stops is
+        sent the waiting updates again when it comes back.
+        """
+        updater, consumer, server = self.updater, self._consumer, self.webhook_server
+        try:
+            if server is not None:
+                await server.stop()
             if updater is not None and updater.running:
-                await updater.stop()  # polling: acknowledges every update it fetched
+                # The consumer still runs: the last getUpdates waits (before_poll) until it has taken every
+                # fetched update and the dispatcher has journalled them, then confirms them.
+                await updater.stop()
         finally:
+            self.updater, self._consumer, self.webhook_server = None, None, None
             if consumer is not None:
                 consumer.cancel()
                 await asyncio.gather(consumer, return_exceptions=True)
             if updater is not None:
-                # Fetched and acknowledged, so Telegram will not send them again: hand them over now.
+                # Left over only if confirming failed: hand them over all the same (Telegram sends them again).
                 while not updater.update_queue.empty():
                     self._take(updater.update_queue.get_nowait())
-                await updater.shutdown()
+            if self.intake_settled is not None:
+                await asyncio.shield(self.intake_settled())
+
+    async def stop(self) -> None:
+        """Stop receiving and disconnect; safe to call twice or after a failed start."""
+        try:
+            await self.stop_intake()
+        finally:
+            bot, self.bot = self.bot, None
+            self.active = False
             if bot is not None:
                 await bot.shutdown()
 
@@ -269,7 +283,9 @@ class TelegramChannel(BaseChannel):
         if updater is not None:
             await updater.update_queue.join()
         if self.intake_settled is not None:
-            await self.intake_settled()
+            # PTB cancels a waiting poll when polling stops; the cancellation must not reach the journal
+            # writes this waits for (gathered, they would be cancelled too, and the messages lost).
+            await asyncio.shield(self.intake_settled())
 
     async def _consume(self, updates: asyncio.Queue[object]) -> None:
         """Take the updates in the order the updater queued them."""
@@ -292,66 +308,7 @@ class TelegramChannel(BaseChannel):
 
     def to_incoming(self, message: Message) -> IncomingMessage | None:
         """Turn a PTB message into an :class:`IncomingMessage`, or None for a service message."""
-        chat = message.chat
-        text = message.text if message.text is not None else (message.caption or "")
-        content_type = "text" if message.text is not None else ""
-        if not content_type:
-            content_type = next((kind for kind in CONTENT_KINDS if getattr(message, kind, None)), "")
-        if not content_type:
-            if any(getattr(message, name, None) for name in SERVICE_FIELDS):
-                return None
-            content_type = "other"
-        sender = message.from_user
-        if sender is not None:
-            user_id, user_name = str(sender.id), sender.full_name or sender.username or ""
-        elif message.sender_chat is not None:
-            user_id, user_name = str(message.sender_chat.id), message.sender_chat.title or ""
-        else:
-            user_id, user_name = str(chat.id), ""
-        replied = message.reply_to_message
-        reply_to_bot = bool(replied and replied.from_user and replied.from_user.id == self.bot_id)
-        reply_to_name, reply_to_text = ("", "") if reply_to_bot else self._replied(message, sender)
-        extra: dict[str, Any] = {}
-        if message.is_topic_message and message.message_thread_id:
-            extra["thread_id"] = message.message_thread_id
-        return IncomingMessage(
-            channel=self.name, chat_id=str(chat.id), user_id=user_id, text=text, user_name=user_name,
-            is_group=chat.type in ("group", "supergroup"), group_name=chat.title or "",
-            mentions_bot=self._mentions_bot(message, text), reply_to_bot=reply_to_bot,
-            message_id=f"{chat.id}:{message.message_id}", time=message.date, content_type=content_type,
-            is_from_bot=sender is not None and (sender.is_bot or sender.id == self.bot_id), extra=extra,
-            reply_to_text=reply_to_text, reply_to_name=reply_to_name,
-        )
-
-    @staticmethod
-    def _replied(message: Message, sender: Any) -> tuple[str, str]:
-        """The author and text of the message this one replies to, when that is someone else's; else ("", "").
-
-        A quoted part (Telegram's "quote") stands for the whole message. A topic's creation message, which
-        every message of a forum topic formally replies to, has no text and so gives nothing.
-        """
-        replied = message.reply_to_message
-        if replied is None:
-            return "", ""
-        author = replied.from_user
-        if author is not None and sender is not None and author.id == sender.id:
-            return "", ""
-        text = (message.quote.text if message.quote else "") or replied.text or replied.caption or ""
-        if author is not None:
-            name = author.full_name or author.username or str(author.id)
-        else:
-            name = replied.sender_chat.title if replied.sender_chat is not None else ""
-        return (name, text) if text else ("", "")
-
-    def _mentions_bot(self, message: Message, text: str) -> bool:
-        name = self.bot_username.lower()
-        entities = message.parse_entities() if message.text is not None else message.parse_caption_entities()
-        for entity, value in entities.items():
-            if entity.type == MessageEntity.MENTION and name and value.lower() == "@" + name:
-                return True
-            if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == self.bot_id:
-                return True
-        return bool(name) and re.search(rf"@{re.escape(name)}\b", text, re.IGNORECASE) is not None
+        return to_incoming(message, channel=self.name, bot_id=self.bot_id, bot_username=self.bot_username)
 
     # --- outgoing ----------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:
@@ -482,4 +439,4 @@ def _reply_parameters(to: IncomingMessage) -> ReplyParameters | None:
     return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
 
 
-__all__ = ["TelegramChannel", "retry_seconds", "menu_commands", "skip_malformed", "TOKEN_REJECTED"]
+__all__ = ["TelegramChannel", "UpdatesRequest", "retry_seconds", "menu_commands", "skip_malformed", "TOKEN_REJECTED"]

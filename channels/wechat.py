@@ -42,8 +42,25 @@ from core.errors import BotError
 
 logger = logging.getLogger(__name__)
 
+
+
+class _TracebackAsDetails(logging.Filter):
+    """itchat logs tracebacks as the text of an error; make each one a record's details instead (its last
+    line the message, at INFO: the channel logs its own error line), so the traceback goes to the log file
+    and the console shows one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text.startswith("Traceback (most recent call last)"):
+            record.msg, record.args = text.rstrip().splitlines()[-1][:300], None
+            record.exc_text = text.rstrip()
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 # itchat's own records go through the root logger like everyone else's, not to its private stderr handler.
 itchat.set_logging(showOnCmd=False)
+logging.getLogger("itchat").addFilter(_TracebackAsDetails())
 
 QR_FILE = "wechat_qr.png"
 STATUS_FILE = "wechat.pkl"
@@ -144,8 +161,8 @@ class WeChatChannel(BaseChannel):
             if self._stopping.is_set():
                 return
             if not core.alive:
-                logger.error("wechat: login failed: WeChat refused the web login or it did not complete "
-                             "(many accounts can no longer use web WeChat); %s", _OFF)
+                self._failed("login failed: WeChat refused the web login or it did not complete "
+                             "(many accounts can no longer use web WeChat)")
                 return
             self.bot_username = core.storageClass.nickName or ""
             logger.info("wechat: logged in as %s", self.bot_username)
@@ -153,16 +170,25 @@ class WeChatChannel(BaseChannel):
             while core.alive and not self._stopping.is_set():
                 core.configured_reply()
             if not self._stopping.is_set():
-                logger.error("wechat: logged out (from the phone, or after repeated network errors); %s", _OFF)
+                self._failed("logged out (from the phone, or after repeated network errors)")
         except _LoginAborted:
             logger.info("wechat: login stopped")
         except SystemExit:
-            logger.error("wechat: login failed: cannot reach the WeChat servers (itchat gave up); %s", _OFF)
+            self._failed("login failed: cannot reach the WeChat servers (itchat gave up)")
         except BaseException as exc:  # nothing in this thread may take the bot down
-            logger.error("wechat: stopped by %s: %s; %s", type(exc).__name__, exc, _OFF)
+            self._failed(f"stopped by {type(exc).__name__}: {exc}")
         finally:
             self._logged_in.clear()
             self._end_session()
+
+    def _failed(self, reason: str) -> None:
+        """The itchat thread ended for good: one error line, and the channel is marked failed (so the bot
+        exits when it has no other channel)."""
+        logger.error("wechat: %s; %s", reason, _OFF)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self.fail, reason)
 
     def _end_session(self) -> None:
         """On stop: keep the login for the next start (hot reload) or log out."""

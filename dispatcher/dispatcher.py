@@ -18,7 +18,6 @@ journal entries in order if no other process holds the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -169,13 +168,20 @@ class Dispatcher:
         self._workers.submit(session_id, Poke())
 
     # --- intake --------------------------------------------------------------------------
-    async def handle(self, msg: IncomingMessage) -> None:
-        """Take one message from a channel. Returns once it is journalled (or ignored)."""
+    async def handle(self, msg: IncomingMessage) -> bool:
+        """Take one message from a channel. Returns once it is journalled or ignored (True), or refused by the
+        database (False: its worker keeps trying, and a redelivery of it is taken again, not ignored)."""
         item = self._accept(msg)
         if item is None:
-            return
-        with contextlib.suppress(Exception):  # failures are reported by the worker
+            return True
+        try:
             await asyncio.shield(item.recorded)
+        except Exception:  # noqa: BLE001 - reported by the worker
+            # A platform told to deliver it again (the webhook's 500) must not be answered "duplicate" until
+            # a journal write succeeds; the journal's own dedup keeps it answered once.
+            self._recent._ids.pop((item.message.channel, item.message.message_id), None)
+            return False
+        return True
 
     def submit(self, msg: IncomingMessage) -> None:
         """Take one message from a channel and return at once; it is queued in arrival order."""

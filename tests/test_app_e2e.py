@@ -162,6 +162,46 @@ def test_no_channel_that_can_run_exits_with_the_reason(tmp_path):
                            "from @BotFather and set TELEGRAM_BOT_TOKEN or telegram_bot_token in config.json\n")
 
 
+def test_wechat_alone_and_offline_exits_with_the_reason(tmp_path):
+    # No WeChat servers here: itchat's requests go to a proxy port nothing listens on, so the login fails.
+    path = write_config(tmp_path, channel_type="wechat", data_dir="data")
+    env = {**clean_env(), "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "",
+           "no_proxy": ""}
+    proc = subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(path)], input="",
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == ("setup error: no channel can run: wechat: login failed: cannot reach the WeChat servers "
+                         "(itchat gave up)")
+    assert "Traceback" not in proc.stderr  # itchat's own traceback goes to the log file only
+    assert "Traceback" in (tmp_path / "data" / "bot.log").read_text(encoding="utf-8")
+
+
+def test_wechat_alone_without_itchat_exits_with_the_reason(tmp_path):
+    path = write_config(tmp_path, channel_type="wechat", data_dir="data")
+    script = ("import sys; sys.modules['itchat'] = None  # as if itchat-uos were not installed\n"
+              "import app; sys.exit(app.main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, "--config", str(path)], input="", capture_output=True,
+                          text=True, timeout=60, cwd=ROOT, env=clean_env())
+    assert proc.returncode == 2
+    assert proc.stderr == ("setup error: no channel can run: wechat: itchat-uos cannot be imported "
+                           "(ModuleNotFoundError: import of itchat halted; None in sys.modules); install it with "
+                           "pip install -r requirements.txt\n")
+
+
+def test_telegram_alone_with_a_rejected_token_exits_with_the_reason(tmp_path):
+    from tests.fakes.telegram_api import FakeTelegramAPI
+
+    with FakeTelegramAPI() as api:
+        path = write_config(tmp_path, channel_type="telegram", telegram_bot_token="123:revoked",
+                            telegram_base_url=api.base_url, data_dir="data")
+        proc = run_app(path, "")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == ("setup error: no channel can run: telegram: the bot token was rejected; "
+                                            "check telegram_bot_token / TELEGRAM_BOT_TOKEN")
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_refused_model_endpoint_is_one_line_naming_open_ai_api_base(tmp_path):
     import socket
 

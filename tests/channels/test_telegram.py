@@ -319,7 +319,7 @@ async def test_a_malformed_update_is_logged_once_and_skipped(api, channel, caplo
         assert (await channel.inbox.wait(3))[2].text == "later"
         await asyncio.sleep(0.3)  # a few more polls: the bad updates are not fetched again
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [r.name for r in warnings] == ["channels.telegram", "channels.telegram"]
+    assert [r.name for r in warnings] == ["channels.telegram_incoming", "channels.telegram_incoming"]
     assert warnings[0].getMessage().startswith(f"telegram: update {bad['update_id']} could not be read (")
     assert warnings[1].getMessage().startswith(f"telegram: update {bad['update_id'] + 2} could not be read (")
     assert all("no date" not in r.getMessage() for r in caplog.records)  # bodies are not logged

@@ -372,6 +372,10 @@ async def test_login_sys_exit_is_one_error_line(cfg: Config, caplog: pytest.LogC
     core.auto_login = auto_login
     channel = WeChatChannel(cfg, core=core)
     await channel.start()
+    await thread_ended(channel)
+    await asyncio.sleep(0)  # the failure is reported to the loop
+    assert channel.failed.is_set()  # the app exits when no other channel can run
+    assert channel.failure == "login failed: cannot reach the WeChat servers (itchat gave up)"
     await channel.stop()
     await channel.stop()  # idempotent
     errors = channel_errors(caplog)
@@ -400,6 +404,8 @@ async def test_refused_web_login_is_one_error_line(cfg: Config, caplog: pytest.L
     channel = WeChatChannel(cfg, core=core)
     await channel.start()
     await thread_ended(channel)
+    await asyncio.sleep(0)
+    assert channel.failure is not None and channel.failure.startswith("login failed: WeChat refused the web login")
     await channel.stop()
     errors = channel_errors(caplog)
     assert len(errors) == 1 and errors[0].startswith("wechat: login failed: WeChat refused the web login")
@@ -542,6 +548,7 @@ async def test_real_itchat_login_draws_qr_and_stop_aborts_it(
     assert "wechat: QR code scanned; confirm the login on the phone" in messages
     assert "wechat: login stopped" in messages
     assert channel_errors(caplog) == []
+    assert channel.failure is None and not channel.failed.is_set()  # stopped, not failed
 
 
 async def test_real_itchat_login_refused_is_one_error_line(

@@ -16,6 +16,8 @@ polled. What the bot sent is in
 :attr:`calls`. :attr:`messages` is the chat as its users see it: every bot message with its current text,
 after edits; :meth:`chat_texts` gives a chat's visible texts. Like Telegram, an edit to the same content
 fails with "message is not modified", and an edit of an unknown message with "message to edit not found".
+:meth:`FakeTelegramAPI.stall_next` holds a call past the client's timeout. With :attr:`webhook_retries` set,
+a webhook post not answered 2xx is posted again, as Telegram does.
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ class FakeTelegramAPI(FakeService):
         self.messages: dict[tuple[int, int], dict[str, Any]] = {}
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []
+        #: how many times a webhook post answered with an error is posted again, and how long apart (seconds)
+        self.webhook_retries = 0
+        self.webhook_retry_delay = 0.2
+        self._stalls: dict[str, list[float]] = {}
         self._delivery_threads: list[threading.Thread] = []
         #: set by :meth:`set_webhook_targets`: several bot processes behind one webhook
         self.webhook_router: WebhookRouter | None = None
@@ -220,6 +226,12 @@ class FakeTelegramAPI(FakeService):
         with self._cond:
             self._failures.setdefault(method.lower(), []).append(TelegramAPIError(code, description, parameters))
 
+    def stall_next(self, method: str, seconds: float) -> None:
+        """Hold the next call of ``method`` for ``seconds``, then answer 504 without carrying it out (a proxy
+        that gave up before Telegram saw the request): the client's timeout runs out first."""
+        with self._cond:
+            self._stalls.setdefault(method.lower(), []).append(seconds)
+
     @property
     def pending_updates(self) -> int:
         """Updates not yet acknowledged by an ``offset``."""
@@ -264,6 +276,11 @@ class FakeTelegramAPI(FakeService):
             failures = self._failures.get(name)
             if failures:
                 raise failures.pop(0)
+            stalls = self._stalls.get(name)
+            stall = stalls.pop(0) if stalls else None
+        if stall is not None:
+            time.sleep(stall)
+            raise TelegramAPIError(504, "Gateway Timeout")
         if name == "getupdates":
             return self._get_updates(params)
         handler = getattr(self, f"_m_{name}", None)
@@ -420,6 +437,13 @@ class FakeTelegramAPI(FakeService):
         thread.start()
 
     def _post_webhook(self, hook: dict[str, Any], update: dict[str, Any]) -> None:
+        for attempt in range(self.webhook_retries + 1):
+            if attempt:
+                time.sleep(self.webhook_retry_delay)
+            if 200 <= self._post_webhook_once(hook, update) < 300 or self._stopping:
+                return
+
+    def _post_webhook_once(self, hook: dict[str, Any], update: dict[str, Any]) -> int:
         headers = {"Content-Type": "application/json"}
         if hook.get("secret_token"):
             headers["X-Telegram-Bot-Api-Secret-Token"] = hook["secret_token"]
@@ -436,6 +460,7 @@ class FakeTelegramAPI(FakeService):
         with self._cond:
             self.webhook_deliveries.append(status)
             self._cond.notify_all()
+        return status
 
 
 def _content(text: str, parse_mode: str | None) -> str:
