@@ -126,6 +126,8 @@ class App:
         self._warm_up_done: asyncio.Task | None = None
         self._probe: asyncio.Task | None = None
         self._adopt: asyncio.Task | None = None
+        #: channels only the leader receives on (several processes)
+        self._leader_channels: list[BaseChannel] = []
         #: masks secrets in log lines; set by main() once logging is set up
         self.redact: Redactor | None = None
         #: the channels that cannot run, with the reason (failed to build or start, or later, e.g. WeChat's login)
@@ -191,9 +193,14 @@ class App:
             print(NO_MODEL_HINT, flush=True)
         try:
             services.dispatcher.hold_intake()  # until resume_pending has queued the journal's unanswered ones
+            shared = services.extras["locks"].shared
             for channel in services.channels:
                 try:
-                    await channel.start()
+                    if shared and channel.single_receiver:  # the leader receives (start_background)
+                        await channel.start(intake=False)  # type: ignore[call-arg]
+                        self._leader_channels.append(channel)
+                    else:
+                        await channel.start()
                 except Exception as exc:  # noqa: BLE001 - one broken channel must not stop the others
                     logger.exception("channel %s failed to start", channel.name)
                     channel.fail(str(exc) or type(exc).__name__)
@@ -253,6 +260,9 @@ class App:
 
         leadership.on_elected.append(lead_cleanup)
         leadership.on_deposed.append(stop_cleanup)
+        for channel in self._leader_channels:  # e.g. Telegram polling: one process polls
+            leadership.on_elected.append(channel.start_intake)  # type: ignore[attr-defined]
+            leadership.on_deposed.append(channel.stop_intake)  # type: ignore[attr-defined]
         await leadership.start()
         services.config.on_change(lambda old, new: cleanup.reschedule())
         if services.extras["locks"].shared:

@@ -195,6 +195,11 @@ class BaseChannel(ABC):
         finally:
             del self._backlog[chat_id]
 
+    #: only one process at a time may receive (Telegram's getUpdates): with several processes on one
+    #: database, such a channel starts without receiving (``start(intake=False)``) and the elected leader
+    #: calls :meth:`start_intake` / :meth:`stop_intake` (DESIGN §10)
+    single_receiver: bool = False
+
     @abstractmethod
     async def start(self) -> None:
         """Connect and start receiving messages. Returns once receiving runs in the background."""

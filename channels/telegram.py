@@ -129,6 +129,11 @@ class TelegramChannel(BaseChannel):
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
+    def single_receiver(self) -> bool:  # type: ignore[override]
+        """Polling: Telegram answers a second concurrent getUpdates with 409, so one process polls."""
+        return self.config.telegram_mode != "webhook"
+
+    @property
     def receiving(self) -> bool:
         """True while updates come in (polling runs, or the webhook server listens)."""
         return self.updater is not None or self.webhook_server is not None
