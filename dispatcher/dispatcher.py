@@ -179,7 +179,7 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - reported by the worker
             # A platform told to deliver it again (the webhook's 500) must not be answered "duplicate" until
             # a journal write succeeds; the journal's own dedup keeps it answered once.
-            self._recent._ids.pop((item.message.channel, item.message.message_id), None)
+            self.recent.forget(item.message.channel, item.message.message_id)
             return False
         return True
 
@@ -254,7 +254,8 @@ class Dispatcher:
         offset): confirmed but not yet journalled, a message would be lost by a crash.
         """
         while self._recording:
-            await asyncio.gather(*set(self._recording), return_exceptions=True)
+            # asyncio.wait, not gather: a caller cancelled while it waits must not cancel the journal writes.
+            await asyncio.wait(set(self._recording))
 
     async def _record(self, item: WorkItem, after: asyncio.Future | None = None) -> tuple[int, int | None] | None:
         if after is not None:

@@ -153,6 +153,10 @@ class RecentIds:
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._ids
 
+    def forget(self, channel: str, message_id: str) -> None:
+        """Forget an id, so a redelivery is taken again (its journal write failed)."""
+        self._ids.pop((channel, message_id), None)
+
     def add(self, channel: str, message_id: str) -> None:
         """Remember an id (e.g. of a resumed message)."""
         self._ids[(channel, message_id)] = None
