@@ -32,6 +32,7 @@ from core.workers import KeyedWorkers
 from dispatcher.background import GroupBackground
 from dispatcher.claims import Poke, SessionClaims, session_lock
 from dispatcher.commands import CommandRegistry
+from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journalled, wait_for_database
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
@@ -55,14 +56,9 @@ from dispatcher.replies import (
 )
 from dispatcher.resume import pending_items
 from memory.locks import LocalLocks, Locks
-from memory.store import ConversationStore, database_unavailable
+from memory.store import ConversationStore
 
 logger = logging.getLogger(__name__)
-
-#: How often a turn or journal write is tried again while the database is unavailable, and how long apart
-#: (seconds): a PostgreSQL restart takes a few seconds.
-DB_RETRIES = 30
-DB_RETRY_DELAY = 1.0
 
 # The replies and parts callers and plugins have imported from here.
 __all__ = ["ADMIN_ONLY_REPLY", "AUTH_REPLY", "ERROR_REPLY", "PRIVATE_ONLY_REPLY", "SECRET_COMMANDS",
@@ -370,24 +366,7 @@ class Dispatcher:
             self._turn_finished(item)
 
     async def _journalled(self, item: WorkItem) -> tuple[int, int | None] | None:
-        """The item's journal write; one that failed because the database was away is tried again."""
-        try:
-            return await item.recorded
-        except Exception as exc:
-            if not database_unavailable(exc):
-                raise
-            failure = exc
-        for attempt in range(1, DB_RETRIES + 1):
-            logger.warning("session %s: the database is unavailable (%s); journalling again in %.0f s (%d/%d)",
-                           item.info.session_id, type(failure).__name__, self.db_retry_delay, attempt, DB_RETRIES)
-            await asyncio.sleep(self.db_retry_delay)
-            try:
-                return await self._record(item)
-            except Exception as exc:
-                if not database_unavailable(exc) or attempt == DB_RETRIES:
-                    raise
-                failure = exc
-        raise AssertionError("unreachable")
+        return await journalled(item, self._record, self.db_retry_delay)
 
     def _turn_finished(self, item: WorkItem) -> None:
         """The item will append nothing more to its session (idempotent)."""
@@ -417,7 +396,7 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - one error path for everything
                 failure: Exception = exc
             retries = await self._recover(item, failure, retries)
-            if retries < 0:
+            if retries == CLAIM_LOST:
                 logger.warning("session %s: another process took the session over while the database was away; "
                                "leaving message %s to it", item.info.session_id, item.inbox_id)
                 return
@@ -481,35 +460,14 @@ class Dispatcher:
         return outcome, reply, tool_calls, streamed
 
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
-        """After a failed turn: when the database went away (a PostgreSQL restart), wait until the turn can
-        run again from what is stored, so it is answered within seconds instead of at the next start.
+        """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""
+        claim_alive = None
+        if self.shared:
+            async def claim_alive() -> bool:
+                return await self.locks.ping() and self.locks.held(session_lock(item.info.session_id))
 
-        Returns the retries used so far; more than ``DB_RETRIES`` means give up (or not a database failure),
-        and -1 that the session's claim was lost with the database connection (several processes): the
-        message stays unanswered for whichever process claims the session next.
-        """
-        while database_unavailable(failure) and retries < DB_RETRIES:
-            retries += 1
-            logger.warning("session %s: the database is unavailable (%s); trying the turn again in %.0f s "
-                           "(%d/%d)", item.info.session_id, type(failure).__name__, self.db_retry_delay, retries,
-                           DB_RETRIES)
-            await asyncio.sleep(self.db_retry_delay)
-            if self.shared and (not await self.locks.ping()
-                                or not self.locks.held(session_lock(item.info.session_id))):
-                self.sessions.forget(item.info.session_id)
-                return -1
-            # What the turn kept in memory may not match what was stored: rebuild it from the database.
-            self.sessions.forget(item.info.session_id)
-            item.user_message = None
-            item.resumed = True
-            if item.inbox_id is None:
-                return retries
-            try:
-                item.user_seq = await self.store.inbox_user_seq(item.inbox_id)
-                return retries
-            except Exception as exc:  # noqa: BLE001 - still away: wait once more
-                failure = exc
-        return DB_RETRIES + 1
+        return await wait_for_database(item, failure, retries, delay=self.db_retry_delay, store=self.store,
+                                       sessions=self.sessions, claim_alive=claim_alive)
 
     # --- output --------------------------------------------------------------------------
     async def send(self, msg: IncomingMessage, text: str) -> None:
