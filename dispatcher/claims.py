@@ -106,7 +106,7 @@ class SessionClaims:
                     if self.d.stopping or not self.locks.held(name):
                         break
                     tried.add(row.id)
-                    item = self.local.get(row.id) or await self._journal_item(row)
+                    item = self.local.get(row.id) or await self._journal_item_or_drop(row)
                     if item is None or item.handled:
                         continue
                     item.handled = True
@@ -125,6 +125,18 @@ class SessionClaims:
         except Exception as exc:  # noqa: BLE001 - the sweep looks again
             logger.debug("session %s: pending check failed (%s)", session_id, type(exc).__name__)
             return False
+
+    async def _journal_item_or_drop(self, row: PendingIncoming) -> WorkItem | None:
+        """:meth:`_journal_item`; a row that cannot become a work item is logged and marked answered, so the
+        sweep does not find it again every few seconds."""
+        try:
+            return await self._journal_item(row)
+        except Exception as exc:
+            if database_unavailable(exc):
+                raise
+            logger.exception("message %d of session %s cannot be answered; dropped", row.id, row.session_id)
+            await self.d.outbox.mark_done(row.id)
+            return None
 
     async def _journal_item(self, row: PendingIncoming) -> WorkItem | None:
         """A work item for a message this process did not receive live (another process's, or a dead one's)."""

@@ -154,3 +154,17 @@ async def test_an_admin_granted_by_another_process_is_an_admin_here(pg_url, tmp_
         assert not await b.dispatcher._is_admin_now(msg)
         await a.store.grant_admin("telegram:7")  # /auth answered by process a
         assert await b.dispatcher._is_admin_now(msg)
+
+
+async def test_a_journal_row_that_cannot_be_read_is_dropped_once_not_retried_forever(pg_url, tmp_path, caplog):
+    sent: list = []
+    async with Process(tmp_path / "a", pg_url, sent) as a:
+        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
+        await a.store.record_incoming("telegram", "bad-1", info.session_id, {"channel": "telegram"}, None, info)
+        await a.store.record_incoming("telegram", "ok-1", info.session_id,
+                                      a.channel.message("after it", message_id="ok-1").to_json(), None, info)
+        assert await a.dispatcher.claims.sweep() == 1
+        await settle(a)
+        assert [t for _, t in sent] == ["echo: after it"]
+        assert await a.dispatcher.claims.sweep() == 0
+        assert sum("cannot be answered" in r.getMessage() for r in caplog.records) == 1
