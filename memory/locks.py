@@ -102,6 +102,7 @@ class AdvisoryLocks:
         #: lock names are prefixed with the connection's schema, so deployments sharing a database in
         #: schemas of their own do not block each other (advisory locks are per database)
         self._namespace = ""
+        self._closing: set[asyncio.Task] = set()
         #: called (synchronously) with the names that were held when the connection broke
         self.on_lost: list[Callable[[set[str]], None]] = []
 
@@ -138,7 +139,9 @@ class AdvisoryLocks:
         conn, self._conn = self._conn, None
         lost, self._held = self._held, set()
         if conn is not None and not conn.closed:
-            asyncio.get_running_loop().create_task(_close_quietly(conn))
+            task = asyncio.get_running_loop().create_task(_close_quietly(conn))
+            self._closing.add(task)  # referenced until done: the loop keeps only weak references
+            task.add_done_callback(self._closing.discard)
         if lost:
             logger.warning("lost the coordination connection: %d lock(s) released", len(lost))
             for callback in list(self.on_lost):
