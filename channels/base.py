@@ -199,6 +199,10 @@ class BaseChannel(ABC):
     #: database, such a channel starts without receiving (``start(intake=False)``) and the elected leader
     #: calls :meth:`start_intake` / :meth:`stop_intake` (DESIGN §10)
     single_receiver: bool = False
+    #: any process on the database can send this channel's replies (Telegram: the Bot API), so with several
+    #: processes its messages are answered by whichever holds the session (dispatcher/claims.py); False for
+    #: a terminal or a WeChat login, whose replies only the process that received them can send
+    answered_anywhere: bool = False
 
     @abstractmethod
     async def start(self) -> None:

@@ -127,6 +127,8 @@ class TelegramChannel(BaseChannel):
         #: per chat: the loop time before which no streamed edit goes out (see :meth:`edit_slot`)
         self._next_edit: dict[int, float] = {}
 
+    answered_anywhere = True  # the Bot API takes a reply from any process
+
     # --- lifecycle ---------------------------------------------------------------------------
     @property
     def single_receiver(self) -> bool:  # type: ignore[override]

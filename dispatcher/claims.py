@@ -73,8 +73,8 @@ class SessionClaims:
         return self.d.locks
 
     def channels(self) -> list[str]:
-        """The channels this process can answer through."""
-        return list(self.d.channels)
+        """The channels whose messages are answered through claims (any process can reply through them)."""
+        return [name for name in self.d.channels if self.d.claimed(name)]
 
     # --- one claimed run --------------------------------------------------------------------
     async def run(self, session_id: str) -> int:
@@ -181,12 +181,13 @@ class SessionClaims:
 
     async def sweep(self) -> int:
         """Poke every session with unanswered messages that has no work here; return how many."""
-        if not await self.locks.ping():
+        channels = self.channels()
+        if not channels or not await self.locks.ping():
             return 0
         for session_id in [sid for sid in self._seen if self.d.sessions.peek(sid) is None]:
             del self._seen[session_id]  # dropped from memory here: nothing to compare at the next claim
         poked = 0
-        for session_id in await self.d.store.pending_sessions(self.channels()):
+        for session_id in await self.d.store.pending_sessions(channels):
             if not self.d.session_busy(session_id):
                 self.d.poke(session_id)
                 poked += 1

@@ -155,6 +155,11 @@ class Dispatcher:
         """True once :meth:`drain` began."""
         return self._stopping
 
+    def claimed(self, channel: str) -> bool:
+        """True when the channel's messages are answered through claims (several processes, and a channel
+        any of them can reply through)."""
+        return self.shared and getattr(self.channels.get(channel), "answered_anywhere", False)
+
     def session_busy(self, session_id: str) -> bool:
         """True while the session has queued or running work here."""
         return self._workers.busy(session_id)
@@ -271,7 +276,7 @@ class Dispatcher:
                                                     item.user_message, new)
         if recorded is not None:
             item.inbox_id, item.user_seq = recorded
-            if self.shared:
+            if self.claimed(item.message.channel):
                 self.claims.local[item.inbox_id] = item
         return recorded
 
@@ -296,32 +301,28 @@ class Dispatcher:
     async def resume_pending(self) -> int:
         """Queue every message that was stored but never answered (crash, kill -9, shutdown mid-turn),
         then the held live messages, in arrival order, behind them."""
-        if self.shared:
-            return await self._resume_shared()
+        # With several processes, the claimed channels' messages are answered by claimed runs of their
+        # sessions instead (in journal order, so resumed and live messages cannot overtake each other).
+        own = {name: c for name, c in self.channels.items() if not self.claimed(name)}
         count = 0
         try:
             live_ids = self._live_ids if self._held is not None else None
-            async for item in pending_items(self.store, self.config(), self.channels, self.recent, live_ids):
-                self._enqueue(item)
-                count += 1
+            if own:
+                async for item in pending_items(self.store, self.config(), own, self.recent, live_ids,
+                                                skip=set(self.channels) - set(own)):
+                    self._enqueue(item)
+                    count += 1
         finally:
             held, self._held = self._held, None
             for item in held or ():
                 self._enqueue(item)  # one that a resumed item answers resolves as a journal duplicate
         if count:
             logger.info("resuming %d unanswered message(s)", count)
-        return count
-
-    async def _resume_shared(self) -> int:
-        """Several processes: every unanswered journal entry is answered by a claimed run of its session
-        (in journal order, so resumed and live messages cannot overtake each other); live ones are queued."""
-        held, self._held = self._held, None
-        for item in held or ():
-            self._enqueue(item)
-        count = await self.claims.sweep()
-        self.claims.start()
-        if count:
-            logger.info("%d session(s) with unanswered messages to claim", count)
+        if self.shared:
+            claimed = await self.claims.sweep()
+            self.claims.start()
+            if claimed:
+                logger.info("%d session(s) with unanswered messages to claim", claimed)
         return count
 
     async def _live_ids(self) -> set[int]:
@@ -346,10 +347,10 @@ class Dispatcher:
                 return
             if recorded is None:
                 logger.info("duplicate %s message %s ignored", item.message.channel, item.message.message_id)
-                if self.shared:  # a redelivery: the process that took the first copy may have died
+                if self.claimed(item.message.channel):  # a redelivery: its first taker may have died
                     await self.claims.run(session_id)
                 return
-            if self.shared:
+            if self.claimed(item.message.channel):
                 await self.claims.run(session_id)
                 return
             await self._process(item)
@@ -462,7 +463,7 @@ class Dispatcher:
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
         """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""
         claim_alive = None
-        if self.shared:
+        if self.claimed(item.message.channel):
             async def claim_alive() -> bool:
                 return await self.locks.ping() and self.locks.held(session_lock(item.info.session_id))
 

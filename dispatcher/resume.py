@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping
 from typing import Any
 
 from channels.base import BaseChannel, IncomingMessage
@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 async def pending_items(store: ConversationStore, cfg: Any, channels: Mapping[str, BaseChannel],
                         recent: RecentIds, live_ids: Callable[[], Awaitable[set[int]]] | None = None,
+                        skip: Container[str] = (),
                         ) -> AsyncIterator[WorkItem]:
     """Work items for every unanswered journal entry whose channel is running, oldest first.
 
@@ -38,6 +39,8 @@ async def pending_items(store: ConversationStore, cfg: Any, channels: Mapping[st
         if row.id in live:
             continue
         msg = IncomingMessage.from_json(row.payload)
+        if msg.channel in skip:  # answered another way (several processes: dispatcher/claims.py)
+            continue
         channel = channels.get(msg.channel)
         if channel is None:
             logger.warning("cannot resume message %s: channel %s is not running", row.id, msg.channel)

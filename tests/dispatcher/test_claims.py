@@ -34,6 +34,7 @@ class Process:
         self.locks = AdvisoryLocks(db_url)
         self.channel = RecordingChannel()
         self.channel.sent = sent  # one chat, whichever process answers: one transcript
+        self.channel.answered_anywhere = True  # like Telegram's: any process can reply
 
     async def __aenter__(self) -> Process:
         await self.store.open()
@@ -168,3 +169,17 @@ async def test_a_journal_row_that_cannot_be_read_is_dropped_once_not_retried_for
         assert [t for _, t in sent] == ["echo: after it"]
         assert await a.dispatcher.claims.sweep() == 0
         assert sum("cannot be answered" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_a_channel_only_its_own_process_can_reply_through_is_not_claimed(pg_url, tmp_path):
+    sent: list = []
+    async with Process(tmp_path / "a", pg_url, sent) as a:
+        a.channel.answered_anywhere = False  # like a terminal or a WeChat login
+        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
+        other = a.channel.message("another process's", message_id="elsewhere-1")
+        await a.store.record_incoming("telegram", "elsewhere-1", info.session_id, other.to_json(), None, info)
+        assert await a.dispatcher.claims.sweep() == 0  # not this process's to answer
+        await a.say("mine", chat_id="200")
+        await a.dispatcher.wait_idle()
+        assert [t for _, t in sent] == ["echo: mine"] and a.dispatcher.claims.local == {}
+        assert [r.session_id for r in await a.store.pending_incoming()] == ["telegram:100"]
