@@ -121,7 +121,8 @@ class SessionClaims:
 
     async def _still_pending(self, session_id: str) -> bool:
         try:
-            return bool(await self.d.store.pending_of_session(session_id, self.channels()))
+            pending, _ = await self.d.store.claim_view(session_id, self.channels())
+            return bool(pending)
         except Exception as exc:  # noqa: BLE001 - the sweep looks again
             logger.debug("session %s: pending check failed (%s)", session_id, type(exc).__name__)
             return False

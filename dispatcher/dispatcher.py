@@ -135,9 +135,8 @@ class Dispatcher:
     async def _is_admin_now(self, msg: IncomingMessage) -> bool:
         """:meth:`is_admin`; with other processes, a user not known as admin here is looked up again (an
         /auth answered by another process granted it in the database)."""
-        if self.is_admin(msg) or not self.shared:
-            return self.is_admin(msg)
-        await self.load_admins()
+        if not self.is_admin(msg) and self.shared:
+            await self.load_admins()
         return self.is_admin(msg)
 
     @property

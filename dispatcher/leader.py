@@ -51,7 +51,7 @@ class Leadership:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if self.leading:
-            await self._depose("stopping")
+            await self._depose(None)
             await self.locks.release(LEADER_LOCK)
 
     async def _forever(self) -> None:
@@ -74,9 +74,10 @@ class Leadership:
             logger.warning("leader election failed (%s: %s); trying again in %.0f s", type(exc).__name__, exc,
                            self.interval)
 
-    async def _depose(self, why: str) -> None:
+    async def _depose(self, why: str | None) -> None:
+        """Stop leading; ``why`` is logged (None: this process stops)."""
         self.leading = False
-        if why != "stopping":
+        if why is not None:
             logger.warning("this process is no longer the leader: %s", why)
         await self._run(self.on_deposed, "deposed")
 

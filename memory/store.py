@@ -414,10 +414,14 @@ class ConversationStore:
         """Record one more attempt at a job."""
         await self.run(_execute, update(_JOBS).where(_J.id == job_id).values(attempts=_J.attempts + 1))
 
-    async def pending_summary_jobs(self) -> list[SummaryJob]:
-        """Jobs not finished, oldest first."""
-        rows = await self.run(_all, select(_J.id, _J.session_id, _J.reason, _J.from_seq, _J.through_seq, _J.attempts)
-                              .where(_J.status == "pending").order_by(_J.id))
+    async def pending_summary_jobs(self, before: datetime | None = None) -> list[SummaryJob]:
+        """Jobs not finished (journalled before ``before``, when given: a dead process may have left them),
+        oldest first."""
+        pick = select(_J.id, _J.session_id, _J.reason, _J.from_seq, _J.through_seq, _J.attempts).where(
+            _J.status == "pending")
+        if before is not None:
+            pick = pick.where(_J.created_at < before)
+        rows = await self.run(_all, pick.order_by(_J.id))
         return [SummaryJob(*row) for row in rows]
 
     # --- admins --------------------------------------------------------------------------
@@ -483,24 +487,13 @@ class ConversationStore:
         return await self.run(_scalars, select(_I.session_id).where(
             _I.status == "pending", _I.channel.in_(channels)).distinct())
 
-    async def pending_of_session(self, session_id: str, channels: list[str]) -> list[PendingIncoming]:
-        """A session's unanswered messages of the given channels, oldest first, with their kept replies."""
-        rows = await self.run(_all, select(_I.id, _I.session_id, _I.user_seq, _I.payload, _I.reply).where(
-            _I.session_id == session_id, _I.status == "pending", _I.channel.in_(channels)).order_by(_I.id))
-        return [PendingIncoming(*row) for row in rows]
-
     async def claim_view(self, session_id: str, channels: list[str]) -> tuple[list[PendingIncoming],
                                                                               tuple[int, int] | None]:
-        """In one transaction: :meth:`pending_of_session`, and the session's ``(last_seq, context_start_seq)``
-        (None when it does not exist yet), which tell whether another process changed it."""
+        """In one transaction: a session's unanswered messages of the given channels, oldest first, with their
+        kept replies; and its ``(last_seq, context_start_seq)`` (None when it does not exist yet), which tell
+        whether another process changed it."""
         return await self.run(_claim_view, session_id, channels)
 
     async def summary_job_pending(self, job_id: int) -> bool:
         """True while the job is not finished (another process may have run it meanwhile)."""
         return await self.run(_scalar, select(_J.status).where(_J.id == job_id)) == "pending"
-
-    async def orphaned_summary_jobs(self, older_than: datetime) -> list[SummaryJob]:
-        """Jobs still pending that were journalled before ``older_than`` (a dead process may have left them)."""
-        rows = await self.run(_all, select(_J.id, _J.session_id, _J.reason, _J.from_seq, _J.through_seq, _J.attempts)
-                              .where(_J.status == "pending", _J.created_at < older_than).order_by(_J.id))
-        return [SummaryJob(*row) for row in rows]

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from core.errors import AuthLLMError, ContextOverflowError, NotConfiguredError
@@ -180,14 +180,9 @@ class Summarizer:
     async def start(self) -> None:
         """Queue the jobs the last process left pending, oldest first."""
         self._stranded.clear()  # they are in the journal too
-        jobs = [j for j in await self.store.pending_summary_jobs() if j.id not in self._queued]
-        for j in jobs:
-            if j.reason == "clear":
-                self.note_cleared(j.session_id)
-            self._enqueue(_Job(j.id, j.session_id, j.reason, j.from_seq, j.through_seq,
-                               self._clears.get(j.session_id, 0)))
-        if jobs:
-            logger.info("resuming %d pending summary job(s)", len(jobs))
+        count = await self._queue_journalled()
+        if count:
+            logger.info("resuming %d pending summary job(s)", count)
 
     async def drain(self, grace: float = 10.0) -> bool:
         """Wait up to ``grace`` s for queued and running jobs; cancel the rest (they stay journalled).
@@ -241,13 +236,19 @@ class Summarizer:
     async def adopt_orphans(self, older_than: float = ORPHAN_AGE) -> int:
         """Several processes: queue pending jobs journalled over ``older_than`` s ago that no worker here has
         (a process that died left them); each runs once, wherever it is taken first. Returns how many."""
-        cutoff = utcnow() - timedelta(seconds=older_than)
-        jobs = [j for j in await self.store.orphaned_summary_jobs(cutoff) if j.id not in self._queued]
+        count = await self._queue_journalled(utcnow() - timedelta(seconds=older_than))
+        if count:
+            logger.info("adopted %d pending summary job(s)", count)
+        return count
+
+    async def _queue_journalled(self, before: datetime | None = None) -> int:
+        """Queue the journal's pending jobs (journalled before ``before``) that no worker here has."""
+        jobs = [j for j in await self.store.pending_summary_jobs(before) if j.id not in self._queued]
         for j in jobs:
+            if j.reason == "clear":
+                self.note_cleared(j.session_id)
             self._enqueue(_Job(j.id, j.session_id, j.reason, j.from_seq, j.through_seq,
                                self._clears.get(j.session_id, 0)))
-        if jobs:
-            logger.info("adopted %d pending summary job(s)", len(jobs))
         return len(jobs)
 
     async def _run_queued(self, session_id: str, job: _Job) -> None:

@@ -65,6 +65,17 @@ def pg_url(db_url: str) -> str:
     return db_url
 
 
+SESSION = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
+
+
+async def journal_elsewhere(proc: Process, message_id: str, payload: dict,
+                            user_message: dict | None = None) -> int:
+    """Journal a message of chat 100 as another process would have (and then died, or still holds it)."""
+    inbox_id, _ = await proc.store.record_incoming("telegram", message_id, SESSION.session_id, payload,
+                                                   user_message, SESSION)
+    return inbox_id
+
+
 async def settle(*procs: Process, within: float = 30.0) -> None:
     """Wait until no process has work and nothing is left unanswered."""
     async with asyncio.timeout(within):
@@ -125,10 +136,8 @@ async def test_a_dead_process_kept_reply_is_sent_not_made_again(pg_url, tmp_path
     sent: list = []
     async with Process(tmp_path / "a", pg_url, sent) as a:
         msg = a.channel.message("hi", message_id="dead-1")
-        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
-        inbox_id, _ = await a.store.record_incoming("telegram", "dead-1", info.session_id, msg.to_json(),
-                                                    {"role": "user", "content": "hi"}, info)
-        await a.store.append(info.session_id, [{"role": "assistant", "content": "kept answer"}])
+        inbox_id = await journal_elsewhere(a, "dead-1", msg.to_json(), {"role": "user", "content": "hi"})
+        await a.store.append(SESSION.session_id, [{"role": "assistant", "content": "kept answer"}])
         await a.store.keep_reply(inbox_id, "kept answer")
         assert await a.dispatcher.claims.sweep() == 1
         await settle(a)
@@ -140,8 +149,7 @@ async def test_a_redelivery_of_an_orphaned_message_is_answered_once(pg_url, tmp_
     sent: list = []
     async with Process(tmp_path / "a", pg_url, sent) as a:
         msg = a.channel.message("orphan", message_id="r-1")
-        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
-        await a.store.record_incoming("telegram", "r-1", info.session_id, msg.to_json(), None, info)
+        await journal_elsewhere(a, "r-1", msg.to_json())
         await a.dispatcher.handle(msg)  # the platform delivers it again: a journal duplicate
         await a.dispatcher.handle(msg)
         await settle(a)
@@ -160,10 +168,8 @@ async def test_an_admin_granted_by_another_process_is_an_admin_here(pg_url, tmp_
 async def test_a_journal_row_that_cannot_be_read_is_dropped_once_not_retried_forever(pg_url, tmp_path, caplog):
     sent: list = []
     async with Process(tmp_path / "a", pg_url, sent) as a:
-        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
-        await a.store.record_incoming("telegram", "bad-1", info.session_id, {"channel": "telegram"}, None, info)
-        await a.store.record_incoming("telegram", "ok-1", info.session_id,
-                                      a.channel.message("after it", message_id="ok-1").to_json(), None, info)
+        await journal_elsewhere(a, "bad-1", {"channel": "telegram"})
+        await journal_elsewhere(a, "ok-1", a.channel.message("after it", message_id="ok-1").to_json())
         assert await a.dispatcher.claims.sweep() == 1
         await settle(a)
         assert [t for _, t in sent] == ["echo: after it"]
@@ -175,9 +181,8 @@ async def test_a_channel_only_its_own_process_can_reply_through_is_not_claimed(p
     sent: list = []
     async with Process(tmp_path / "a", pg_url, sent) as a:
         a.channel.answered_anywhere = False  # like a terminal or a WeChat login
-        info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
         other = a.channel.message("another process's", message_id="elsewhere-1")
-        await a.store.record_incoming("telegram", "elsewhere-1", info.session_id, other.to_json(), None, info)
+        await journal_elsewhere(a, "elsewhere-1", other.to_json())
         assert await a.dispatcher.claims.sweep() == 0  # not this process's to answer
         await a.say("mine", chat_id="200")
         await a.dispatcher.wait_idle()

@@ -536,6 +536,18 @@ async def test_jobs_cancelled_by_drain_run_before_the_sessions_next_job(world):
     assert (await world.store.get_session(A.session_id)).summary == "- a and b\n- c and d"
 
 
+async def test_jobs_left_by_a_dead_process_are_adopted_once_they_are_old_enough(world):
+    await world.seed(A, "a", "b")
+    await world.store.add_summary_job(A.session_id, "trim", 1, 2)  # journalled by a process that died
+    assert await world.summarizer.adopt_orphans(older_than=3600) == 0  # too recent: its process may be alive
+    world.llm.enqueue("- a and b")
+    assert await world.summarizer.adopt_orphans(older_than=0) == 1
+    assert await world.summarizer.adopt_orphans(older_than=0) == 0  # queued (or run) here already
+    assert await world.summarizer.drain(2)
+    assert await world.store.pending_summary_jobs() == []
+    assert (await world.store.get_session(A.session_id)).summary == "- a and b"
+
+
 # --- the memory_written hook -----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("reason", "kinds"), [("trim", ["summary", "injected"]), ("clear", ["summary"])])
