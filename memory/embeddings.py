@@ -214,11 +214,9 @@ class OpenAIEmbedder(BaseEmbedder):
             await client.close()
 
 
-def build_embedder(value: str, *, base_url: str, api_key: str, cache_dir: Path | None = None) -> BaseEmbedder | None:
-    """The embedder ``memory_embedding_model`` names, or None when semantic search is off.
-
-    ``cache_dir`` is no longer used: the local model reads the files of its wheel in place.
-    """
+def build_embedder(value: str, *, base_url: str, api_key: str) -> BaseEmbedder | None:
+    """The embedder ``memory_embedding_model`` names, or None when semantic search is off (the local model
+    reads the files of its wheel in place: nothing is downloaded or cached)."""
     value = (value or "").strip()
     if not value:
         return None

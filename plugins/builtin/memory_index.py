@@ -39,8 +39,7 @@ def searcher(services: Any) -> MemorySearch:
     settings = embedding_settings(cfg)
     if services.extras.get(_EMBEDDER_KEY) != settings:
         model, base_url, api_key = settings
-        found.index.embedder = build_embedder(model, base_url=base_url, api_key=api_key,
-                                              cache_dir=cfg.data_path() / "cache" / "wordllama")
+        found.index.embedder = build_embedder(model, base_url=base_url, api_key=api_key)
         services.extras[_EMBEDDER_KEY] = settings
         logger.info("semantic memory: embedding model %s", found.index.model_name or "off (keywords only)")
     return found

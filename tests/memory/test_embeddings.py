@@ -161,14 +161,13 @@ async def test_openai_embedder_error_is_the_sdks() -> None:
             await embedder.close()
 
 
-def test_build_embedder_by_setting(tmp_path: Path) -> None:
-    assert build_embedder("", base_url="http://127.0.0.1:1/v1", api_key="", cache_dir=tmp_path) is None
-    assert build_embedder("  ", base_url="http://127.0.0.1:1/v1", api_key="", cache_dir=tmp_path) is None
-    local = build_embedder("local", base_url="http://127.0.0.1:1/v1", api_key="", cache_dir=tmp_path)
+def test_build_embedder_by_setting() -> None:
+    assert build_embedder("", base_url="http://127.0.0.1:1/v1", api_key="") is None
+    assert build_embedder("  ", base_url="http://127.0.0.1:1/v1", api_key="") is None
+    local = build_embedder("local", base_url="http://127.0.0.1:1/v1", api_key="")
     assert isinstance(local, LocalEmbedder)
     assert build_embedder("local", base_url="http://127.0.0.1:1/v1", api_key="").name == LOCAL_MODEL_NAME
-    remote = build_embedder("text-embedding-3-small", base_url="http://127.0.0.1:1/v1", api_key="k",
-                            cache_dir=tmp_path)
+    remote = build_embedder("text-embedding-3-small", base_url="http://127.0.0.1:1/v1", api_key="k")
     assert isinstance(remote, OpenAIEmbedder)
     assert (remote.name, remote.base_url, remote.api_key, remote.dim) == (
         "text-embedding-3-small", "http://127.0.0.1:1/v1", "k", 0)
