@@ -105,9 +105,70 @@ class SQLiteDatabase:
         #: transactions that had to wait for the lock, and checkpoints run (for tests and logs)
         self.waited = 0
         self.checkpoints = 0
+        #: transactions asked for in this turn of the loop, run by :meth:`_run_batch` at its end
+        self._batch: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]] | None = None
+        #: transactions run, and the group commits that committed them (for tests and logs)
+        self.transactions = 0
+        self.batches = 0
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(conn, *args)`` on a SQLAlchemy ``Connection`` in one transaction; return its result."""
+        """Run ``fn(conn, *args)`` on a SQLAlchemy ``Connection`` in one transaction; return its result.
+
+        Transactions asked for in the same turn of the event loop commit together (a group commit): the
+        caller still resumes only after its work is committed, and a work that raises is rolled back alone
+        (the others are run again, each in a transaction of its own). ``fn`` must do nothing but database
+        work, since it may run twice.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._batch is None:
+            self._batch = []
+            loop.call_soon(self._run_batch)
+        self._batch.append((fn, args, future))
+        return await future
+
+    def _run_batch(self) -> None:
+        """The transactions asked for in the last turn of the loop, in one transaction when it can."""
+        batch = [job for job in self._batch or () if not job[2].cancelled()]
+        self._batch = None
+        if not batch:
+            return
+        if self._queued:  # the worker has the connection
+            self._each_alone(batch)
+            return
+        try:
+            transaction = self.conn.begin()
+        except OperationalError as exc:
+            if not _busy(exc):
+                _fail(batch, exc)
+                return
+            self._each_alone(batch)
+            return
+        results: list[Any] = []
+        try:
+            with transaction:
+                for fn, args, _ in batch:
+                    results.append(fn(self.conn, *args))
+        except Exception as exc:  # noqa: BLE001 - handed to its caller, or the others run again alone
+            if len(batch) == 1:
+                _fail(batch, exc)
+            else:
+                self._each_alone(batch)
+            return
+        self.batches += 1
+        self.transactions += len(batch)
+        self._committed()
+        for (_, _, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+    def _each_alone(self, batch: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        for fn, args, future in batch:
+            job = asyncio.ensure_future(self._run_alone(fn, *args))
+            job.add_done_callback(lambda done, future=future: _settle(future, done))
+
+    async def _run_alone(self, fn: Callable[..., T], *args: Any) -> T:
+        """One transaction of its own: inline when the write lock is free, else in the worker."""
         while self._queued:  # the worker has the connection: wait (never in a thread) until it is done
             await self._idle.wait()
         try:
@@ -178,8 +239,8 @@ class SQLiteDatabase:
 
     async def close(self) -> None:
         """Close the connection (SQLite folds the WAL back into the database file as it does)."""
-        logger.info("SQLite: %d transaction(s) waited for another writer's lock, %d checkpoint(s)", self.waited,
-                    self.checkpoints)
+        logger.info("SQLite: %d transaction(s) in %d group commit(s); %d waited for another writer's lock; "
+                    "%d checkpoint(s)", self.transactions, self.batches, self.waited, self.checkpoints)
         await self._in_worker(self._close)
         self._worker.shutdown()
 
@@ -199,6 +260,25 @@ def _busy(exc: OperationalError) -> bool:
     """True when SQLite refused the write lock because another connection holds it (SQLITE_BUSY)."""
     code = getattr(exc.orig, "sqlite_errorcode", None)
     return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _fail(batch: list[tuple[Any, Any, asyncio.Future[Any]]], exc: BaseException) -> None:
+    for _, _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
+
+
+def _settle(future: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    """Pass the outcome of ``done`` on to ``future`` (unless its caller gave up on it)."""
+    if future.done():
+        if not done.cancelled():
+            done.exception()  # retrieved: nobody waits for it any more
+    elif done.cancelled():
+        future.cancel()
+    elif done.exception() is not None:
+        future.set_exception(done.exception())
+    else:
+        future.set_result(done.result())
 
 
 def _log_failure(future: concurrent.futures.Future[Any]) -> None:

@@ -232,3 +232,36 @@ async def test_in_memory_sqlite_works() -> None:
         assert [m.seq for m in await store.load_messages("telegram:1")] == [1]
     finally:
         await store.close()
+
+
+async def test_transactions_asked_for_together_commit_together_and_fail_alone(tmp_path: Path) -> None:
+    """SQLite's group commit: one commit for the transactions of one turn of the loop; one that raises is
+    rolled back alone, and one whose caller gave up before it ran never runs."""
+    store = ConversationStore(f"sqlite:///{tmp_path / 'c.db'}")
+    await store.open()
+    database = store.database
+    try:
+        batches, transactions = database.batches, database.transactions
+        counts = await asyncio.gather(*(store.run(grant, f"telegram:{i}") for i in range(5)))
+        assert counts == [1, 2, 3, 4, 5]  # each saw the ones before it, in the order asked
+        assert (database.batches - batches, database.transactions - transactions) == (1, 5)
+
+        def grant_and_fail(conn: Connection) -> None:
+            grant(conn, "telegram:failed")
+            raise Boom
+
+        mixed = await asyncio.gather(store.run(grant, "telegram:6"), store.run(grant_and_fail),
+                                     store.run(grant, "telegram:1"),  # a duplicate key
+                                     store.run(grant, "telegram:7"), return_exceptions=True)
+        assert mixed[0] == 6 and mixed[3] == 7
+        assert isinstance(mixed[1], Boom) and isinstance(mixed[2], IntegrityError)
+        assert await store.admin_grants() == {f"telegram:{i}" for i in (0, 1, 2, 3, 4, 6, 7)}
+
+        given_up = asyncio.ensure_future(store.run(grant, "telegram:never"))
+        kept = asyncio.ensure_future(store.run(grant, "telegram:8"))
+        await asyncio.sleep(0)  # both asked for; the batch runs at the end of this turn of the loop
+        given_up.cancel()
+        assert await kept == 8
+        assert "telegram:never" not in await store.admin_grants()
+    finally:
+        await store.close()
