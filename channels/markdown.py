@@ -21,6 +21,9 @@ _MD = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+#: One line that Markdown leaves as it is and that needs no escaping: no inline markup character, no
+#: HTML or entity, not a heading, quote or list item, no leading or trailing blank (a short "Sure!").
+_PLAIN = re.compile(r"[^\s\x00\d#>+\-=\\`*_~\[\]<&|](?:[^\n\r\x00\\`*_~\[\]<>&|]*[^\s\x00\\`*_~\[\]<>&|])?")
 
 
 def escape(text: str) -> str:
@@ -30,6 +33,8 @@ def escape(text: str) -> str:
 
 def markdown_to_html(text: str) -> str:
     """Render Markdown as Telegram HTML."""
+    if _PLAIN.fullmatch(text):  # most short replies: the parser would give them back unchanged
+        return text
     lines = text.splitlines()
     root = SyntaxTreeNode(_MD.parse(text))
     return _Renderer(lines).blocks(root.children, "\n\n").strip("\n")

@@ -61,3 +61,28 @@ def test_strict_parser_rejects_what_telegram_rejects():
         with pytest.raises(HTMLParseError):
             parse_telegram_html(bad)
     assert parse_telegram_html('<a href="u">l</a> &lt;&amp;&gt;&quot;&#33;') == 'l <&>"!'
+
+
+def test_plain_lines_skip_the_parser_and_render_as_the_parser_would():
+    """The shortcut for plain one-line replies gives what the parser gives, on every string it takes."""
+    import random
+
+    from channels import markdown
+
+    def parsed(text: str) -> str:
+        return markdown._Renderer(text.splitlines()).blocks(
+            markdown.SyntaxTreeNode(markdown._MD.parse(text)).children, "\n\n").strip("\n")
+
+    alphabet = list("ab Z9.,:;!?=+-#>()'\"/%@$^{}\t\n\x00\u00a0你好") + list("\\`*_~[]<>&|") + ["1. ", "- ", "&amp;"]
+    rng = random.Random(14)
+    taken = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        if markdown._PLAIN.fullmatch(text):
+            taken += 1
+            assert markdown_to_html(text) == parsed(text), repr(text)
+    assert taken > 1000  # the corpus exercises the shortcut
+    for reply in ("Sure!", "echo: c1 m0", "Hello, world! How are you?", "你好，世界", "x=1 (see above)"):
+        assert markdown._PLAIN.fullmatch(reply), reply
+    for markup in ("1. x", "- x", "# x", "a *b*", "a<b", "x ", "line\nline", "a | b"):
+        assert not markdown._PLAIN.fullmatch(markup), markup
