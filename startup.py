@@ -68,15 +68,27 @@ class LogFormatter(logging.Formatter):
         self.redact = redact
 
     def format(self, record: logging.LogRecord) -> str:
-        """Format, then mask secrets."""
+        """Format, then mask secrets; once per record (a rotating file handler asks twice: to measure, then
+        to write)."""
+        done = record.__dict__.get("_lines")
+        if done is None:
+            done = record.__dict__["_lines"] = {}
+        line = done.get(id(self))
+        if line is None:
+            line = done[id(self)] = self._format(record)
+        return line
+
+    def _format(self, record: logging.LogRecord) -> str:
         return self.redact(super().format(record))
 
 
 class ConsoleFormatter(LogFormatter):
     """One line per record on the console: tracebacks stay in the log file."""
 
-    def format(self, record: logging.LogRecord) -> str:
+    def _format(self, record: logging.LogRecord) -> str:
         """The message line only; a traceback is pointed to, not printed."""
+        if not (record.exc_info or record.exc_text or record.stack_info):
+            return self.redact(logging.Formatter.format(self, record))
         line = self.redact(logging.Formatter.format(self, _without_traceback(record)))
         if record.exc_info or record.exc_text:
             line += " (details in bot.log)"
