@@ -184,7 +184,10 @@ class TelegramChannel(BaseChannel):
             self.fail(f"cannot start {cfg.telegram_mode} mode ({self.intake_error})")
 
     def _build_bot(self) -> ExtBot:
-        request = AiohttpRequest(connection_pool_size=64, connect_timeout=10, read_timeout=self.send_timeout,
+        # Every turn may have its reply and its "typing…" in flight at once (max_concurrent_turns needs a
+        # restart, so the pool is sized once).
+        pool = max(64, 2 * self.config.max_concurrent_turns)
+        request = AiohttpRequest(connection_pool_size=pool, connect_timeout=10, read_timeout=self.send_timeout,
                                  write_timeout=self.send_timeout, pool_timeout=10)
         # Long polls add their own timeout to read_timeout.
         updates_request = UpdatesRequest(connection_pool_size=2, connect_timeout=10, read_timeout=10,
