@@ -13,7 +13,8 @@ program holding SQLite's write lock may delay the transactions that need the dat
   ``BUSY_TIMEOUT_MS``; transactions that come meanwhile wait (on the loop, asynchronously) until the
   thread is idle, then run inline again. Long work (``run_long``: cleanup batches, history searches)
   runs in that thread too, and so do WAL checkpoints (the only fsyncs with ``synchronous=NORMAL``), on a
-  connection of their own so that transactions go on beside them.
+  connection of their own so that transactions go on beside them. The transactions asked for in one turn
+  of the event loop share one commit (see :meth:`SQLiteDatabase.run`).
 
 Each SQLite transaction starts with ``BEGIN IMMEDIATE``: it takes the write lock at its start, so one
 that reads and then writes cannot fail half-way because another program committed in between.
