@@ -493,12 +493,3 @@ async def test_edit_slots_keep_a_group_within_its_pace_but_allow_a_short_burst()
     assert [round(w, 2) for w in private] == [0.0, EDIT_INTERVAL, 2 * EDIT_INTERVAL]
     ch.hold_chat(42, 30)
     assert ch.edit_slot(42, is_group=False) >= 29.9
-
-
-def test_the_send_pool_holds_every_turns_reply_and_typing(api):
-    """A turn may have its reply and its "typing…" in flight at once: the pool grows with the turns allowed."""
-    small = TelegramChannel(make_config(api), services=SimpleNamespace(commands=command_registry()))
-    assert small._build_bot().request.connection_pool_size == 128  # the default 64 turns
-    large = TelegramChannel(make_config(api, max_concurrent_turns=200),
-                            services=SimpleNamespace(commands=command_registry()))
-    assert large._build_bot().request.connection_pool_size == 400

@@ -14,7 +14,9 @@ from telegram.error import NetworkError, TimedOut
 from telegram.request import RequestData
 from telegram.request._requestparameter import RequestParameter
 
+from channels.telegram import TelegramChannel
 from channels.telegram_request import AiohttpRequest
+from config import Config
 
 
 class Api:
@@ -204,3 +206,10 @@ async def test_bad_urls_are_network_errors_as_aiohttp_reports_them(monkeypatch: 
             assert str(info.value) == error
     finally:
         await request.shutdown()
+
+
+@pytest.mark.parametrize(("turns", "pool"), [(64, 128), (200, 400), (8, 64)])
+def test_the_channels_send_pool_holds_every_turns_reply_and_typing(turns: int, pool: int) -> None:
+    """A turn may have its reply and its "typing…" in flight at once: the pool grows with the turns allowed."""
+    cfg = Config(channel_type="telegram", telegram_bot_token="123:abc", max_concurrent_turns=turns)
+    assert TelegramChannel(cfg)._build_bot().request.connection_pool_size == pool
