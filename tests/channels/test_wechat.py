@@ -12,7 +12,7 @@ import pytest
 from channels.base import IncomingMessage
 from channels.wechat import WeChatChannel, WeChatSendError
 from config import Config
-from tests.channels.wechat_harness import (  # noqa: F401 - pytest fixtures
+from tests.channels.wechat_harness import (
     AT,
     BOT_IN_GROUP,
     BOT_NICK,

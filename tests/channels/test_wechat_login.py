@@ -15,19 +15,7 @@ import pytest
 
 from channels.wechat import QR_FILE, STATUS_FILE, WeChatChannel
 from config import Config
-from tests.channels.wechat_harness import (  # noqa: F401 - pytest fixtures
-    AT,
-    BOT_IN_GROUP,
-    BOT_NICK,
-    ROOM_TITLE,
-    Harness,
-    Login,
-    SendRecorder,
-    feed,
-    logs_in,
-    make_core,
-    raw,
-)
+from tests.channels.wechat_harness import Harness, Login, feed, logs_in, make_core, raw
 
 
 # --- login and lifecycle -------------------------------------------------------------------------
