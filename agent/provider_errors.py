@@ -6,7 +6,7 @@ Every server says "too long", "no money" or "slow down" in its own words and sha
 *list* of errors (Gemini), an upstream error nested as JSON text in ``error.metadata.raw`` (OpenRouter),
 or a proxy's HTML page. :func:`error_facts` flattens all of these into codes and one lower-case text;
 :func:`classify` maps them to the tree of :mod:`core.errors`. The recorded bodies these rules were written
-against are in ``tests/fakes/openai_server.py`` (``PROVIDER_ERRORS``), exactly as the servers send them.
+against are in ``tests/fakes/provider_errors.py`` (``PROVIDER_ERRORS``), exactly as the servers send them.
 
 Order matters: "cannot take tools" first (a retry without tools fixes it), then per-minute token limits
 (a rate limit, never an overflow, although they say "Request too large"), quota and billing (never

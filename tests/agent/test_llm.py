@@ -302,7 +302,8 @@ def test_parse_completion_edge_cases():
 
 from agent.provider_errors import classify, retry_after  # noqa: E402
 from core.errors import QuotaLLMError, ToolsUnsupportedError  # noqa: E402
-from tests.fakes.openai_server import PROVIDER_ERRORS, FakeOpenAIServer  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
+from tests.fakes.provider_errors import PROVIDER_ERRORS  # noqa: E402
 
 #: What each recorded body must become. Transient ones are retried (the next answer succeeds).
 EXPECTED = {
