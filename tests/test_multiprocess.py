@@ -112,11 +112,25 @@ def check_order(cluster: Cluster, chats: int) -> None:
 
 # Starting processes costs seconds each, so the tests of a class share its processes (each uses its own
 # chats); a class's processes stop at its end.
+@pytest.fixture(scope="class")
+def two_processes(tmp_path_factory) -> Iterator[Cluster]:
+    with running(tmp_path_factory.mktemp("two"), 2) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="class")
+def three_processes(tmp_path_factory) -> Iterator[Cluster]:
+    """An expired session is seeded before they start (for the cleanup test)."""
+    with running(tmp_path_factory.mktemp("three"), 3, seed=seed_expired_session) as cluster:
+        yield cluster
+
+
+# (pytest 9 deprecates class-scoped fixtures defined as methods: the clusters are module-level fixtures of
+# class scope, and each class names its own as ``cluster``.)
 class TestTwoWebhookProcesses:
-    @pytest.fixture(scope="class")
-    def cluster(self, tmp_path_factory):
-        with running(tmp_path_factory.mktemp("two"), 2) as cluster:
-            yield cluster
+    @pytest.fixture
+    def cluster(self, two_processes: Cluster) -> Cluster:
+        return two_processes
 
     def test_each_message_is_answered_once_in_order(self, fresh):
         check_order(fresh, chats=7)
@@ -140,11 +154,9 @@ class TestTwoWebhookProcesses:
 
 
 class TestThreeWebhookProcesses:
-    @pytest.fixture(scope="class")
-    def cluster(self, tmp_path_factory):
-        """An expired session is seeded before they start (for the cleanup test)."""
-        with running(tmp_path_factory.mktemp("three"), 3, seed=seed_expired_session) as cluster:
-            yield cluster
+    @pytest.fixture
+    def cluster(self, three_processes: Cluster) -> Cluster:
+        return three_processes
 
     def test_each_message_is_answered_once_in_order(self, fresh):
         check_order(fresh, chats=8)
