@@ -22,20 +22,7 @@ from agent.loop import Agent
 from agent.session import SessionManager
 from agent.tokens import check_context_window, context_window
 from agent.tools.base import ToolRegistry
-from channels.base import BaseChannel
-from channels.terminal import start_banner, stdin_is_terminal
-from config import Config, ConfigHolder, load_config
-from core.errors import ConfigError
-from dispatcher.commands import CommandRegistry
-from dispatcher.dispatcher import Dispatcher
-from dispatcher.leader import Leadership
-from memory.daily import DailyMemory
-from memory.locks import locks_for
-from memory.store import ConversationStore
-from memory.summarizer import Summarizer
-from plugins.builtin.config_watch import ConfigWatcher
-from plugins.manager import install as install_plugins
-from startup import (
+from bootstrap.preflight import (
     SETUP_ERROR,
     Redactor,
     SetupError,
@@ -47,6 +34,19 @@ from startup import (
     setup_logging,
     start_line,
 )
+from channels.base import BaseChannel
+from channels.terminal import start_banner, stdin_is_terminal
+from config.settings import Config, ConfigHolder, load_config
+from config.watch import ConfigWatcher
+from core.errors import ConfigError
+from dispatcher.commands import CommandRegistry
+from dispatcher.dispatcher import Dispatcher
+from dispatcher.leader import Leadership
+from memory.daily import DailyMemory
+from plugins.manager import install as install_plugins
+from store.conversations import ConversationStore
+from store.locks import locks_for
+from summaries.summarizer import Summarizer
 
 logger = logging.getLogger("app")
 
@@ -245,7 +245,7 @@ class App:
         A first turn that needs the tokenizer before its background load is done waits for it (the tokenizer's
         lock), so deferring it cannot make the turn fail.
         """
-        from memory.cleanup import CleanupJob  # imports APScheduler, which nothing before "ready" needs
+        from store.retention import CleanupJob  # imports APScheduler, which nothing before "ready" needs
 
         await services.extras["config_watcher"].start()
         cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)

@@ -21,8 +21,8 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from agent.completion import StreamAssembler, parse_arguments, parse_completion, valid_value
-from agent.provider_errors import classify, is_overflow
+from agent.completion import StreamAssembler, parse_completion, valid_value
+from agent.provider_errors import classify
 from core.errors import (
     EndpointRefusedError,
     LLMError,
@@ -31,7 +31,7 @@ from core.errors import (
     ToolsUnsupportedError,
     TransientLLMError,
 )
-from core.llm import BaseLLM, LLMResponse, TextCallback, ToolCall, Usage
+from core.llm import LLMResponse, TextCallback
 
 if TYPE_CHECKING:
     import openai
@@ -313,9 +313,3 @@ class UnconfiguredLLM:
     async def close(self) -> None:
         """Nothing to close."""
 
-
-__all__ = [
-    "BaseLLM", "LLMResponse", "ToolCall", "Usage", "OpenAILLM", "UnconfiguredLLM", "classify",
-    "is_overflow", "with_retries", "parse_completion", "backoff_delay", "parse_arguments", "NO_MODEL_HINT",
-    "LLMError", "token_param", "DEFAULT_MAX_OUTPUT_TOKENS",
-]

@@ -22,24 +22,24 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.completion import parse_arguments
 from agent.context import (
     Budget,
-    CtxMessage,
     PrepareResult,
-    Turn,
     fit_background,
     history_budget,
     overflow_trim,
     prepare_context,
     render_messages,
 )
-from agent.llm import BaseLLM, LLMResponse, parse_arguments
+from agent.flush import flush_before_trim
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, reset_context
 from agent.tokens import TokenCounter, context_window, output_cap
 from agent.tools.base import ToolContext, ToolRegistry, cap_result
 from core.errors import ContextOverflowError, TransientLLMError
-from memory.flush import flush_before_trim
-from memory.store import ConversationStore
+from core.llm import BaseLLM, LLMResponse
+from core.turns import CtxMessage, Turn
+from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ class Agent:
 
     async def _flush(self, state: SessionState, prepared: PrepareResult, system: str) -> None:
         """``memory_flush``: before turns leave the context, one model call saves what matters with
-        memory_write (memory/flush.py); it answers nobody, and its cost is logged there."""
+        memory_write (agent/flush.py); it answers nobody, and its cost is logged there."""
         write = self.tools.get("memory_write")
         if write is None:
             logger.warning("session %s: memory_flush is on but no memory_write tool is registered", state.session_id)

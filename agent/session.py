@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from core.records import SessionInfo, StoredMessage
 from core.turns import CtxMessage, Turn, conversation_turns, group_turns, restore_turn_count, text_only
-from memory.store import ConversationStore
+from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 

@@ -32,11 +32,11 @@ from agent.session import LoggingDropSink, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from agent.tools.current_time import current_time  # noqa: E402
 from bench._common import median, percentile, print_table, seed_sessions, table_counts  # noqa: E402
-from channels.base import IncomingMessage  # noqa: E402
-from config import Config, ConfigHolder  # noqa: E402
+from config.settings import Config, ConfigHolder  # noqa: E402
+from core.messages import IncomingMessage
 from dispatcher.dispatcher import Dispatcher  # noqa: E402
-from memory.cleanup import CleanupJob  # noqa: E402
-from memory.store import ConversationStore  # noqa: E402
+from store.conversations import ConversationStore  # noqa: E402
+from store.retention import CleanupJob  # noqa: E402
 from tests.fakes.channel import RecordingChannel  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402
 

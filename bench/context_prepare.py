@@ -13,8 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.context import Budget, CtxMessage, prepare_context  # noqa: E402
+from agent.context import Budget, prepare_context
 from agent.tokens import TokenCounter  # noqa: E402
+from core.turns import CtxMessage
 
 MODEL = "gpt-4o"
 ENGLISH = (

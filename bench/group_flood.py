@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.loop import Agent  # noqa: E402
 from agent.session import LoggingDropSink, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
-from config import Config, ConfigHolder  # noqa: E402
+from config.settings import Config, ConfigHolder  # noqa: E402
 from dispatcher.dispatcher import Dispatcher  # noqa: E402
-from memory.store import ConversationStore  # noqa: E402
+from store.conversations import ConversationStore  # noqa: E402
 from tests.fakes.channel import RecordingChannel  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402
 

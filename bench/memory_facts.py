@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memory.summary_text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
+from summaries.text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
 from tests.fakes.bot_process import clean_env  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer, message_text  # noqa: E402
 
@@ -150,7 +150,7 @@ def history_recall(folder: Path) -> float:
     """(c): the share of planted facts whose key is among history_search's results for its natural question."""
     import asyncio
 
-    from memory.store import ConversationStore
+    from store.conversations import ConversationStore
 
     async def run() -> float:
         store = ConversationStore(f"sqlite:///{folder / 'data' / 'chatbot.db'}", create_tables=False)

@@ -27,7 +27,7 @@ from memory.daily import DailyMemory  # noqa: E402
 from memory.embeddings import LocalEmbedder  # noqa: E402
 from memory.index import MemoryIndex  # noqa: E402
 from memory.search import MemorySearch  # noqa: E402
-from memory.store import ConversationStore  # noqa: E402
+from store.conversations import ConversationStore  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

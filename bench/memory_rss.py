@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memory.summary_text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
+from summaries.text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
 from tests.fakes.bot_process import BotProcess  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer, message_text  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402

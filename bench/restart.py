@@ -66,7 +66,7 @@ def time_to_ready(folder: Path, api: FakeTelegramAPI, llm: FakeOpenAIServer) -> 
 
 async def create_schema(db: Path) -> None:
     """Create the schema the way the app does (Alembic migrations through ConversationStore.open)."""
-    from memory.store import ConversationStore
+    from store.conversations import ConversationStore
 
     store = ConversationStore(f"sqlite:///{db}")
     await store.open()
@@ -76,8 +76,8 @@ async def create_schema(db: Path) -> None:
 async def restore_times(db: Path, sessions: int, samples: int, folder: Path) -> list[float]:
     """Milliseconds of ``SessionManager.get`` for ``samples`` random sessions never loaded before."""
     from agent.session import LoggingDropSink, SessionManager
-    from config import Config, ConfigHolder
-    from memory.store import ConversationStore, SessionInfo
+    from config.settings import Config, ConfigHolder
+    from store.conversations import ConversationStore, SessionInfo
 
     store = ConversationStore(f"sqlite:///{db}")
     await store.open()

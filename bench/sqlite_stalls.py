@@ -2,7 +2,7 @@
 
 Four ways to run the store's SQLite transactions are compared:
 
-* ``store``: the store as it is (memory/backend.py: inline while the write lock is free, else in a worker);
+* ``store``: the store as it is (store/engine.py: inline while the write lock is free, else in a worker);
 * ``worker``: every transaction handed whole to the store's worker thread;
 * ``aiosqlite``: SQLAlchemy's async engine over aiosqlite (thread hops per statement);
 * ``inline``: always inline on the event loop's thread, waiting there for the lock (busy_timeout 5 s).
@@ -36,8 +36,8 @@ from sqlalchemy import create_engine, event  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool  # noqa: E402
 
-from memory import backend  # noqa: E402
-from memory.store import ConversationStore, SessionInfo  # noqa: E402
+from store import engine as backend  # noqa: E402
+from store.conversations import ConversationStore, SessionInfo  # noqa: E402
 
 T = TypeVar("T")
 CHATS = 20

@@ -23,9 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import median, print_table  # noqa: E402
-from channels.telegram import TelegramChannel, UpdatesRequest  # noqa: E402
-from channels.telegram_request import AiohttpRequest  # noqa: E402
-from config import Config  # noqa: E402
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.incoming import UpdatesRequest
+from channels.telegram.request import AiohttpRequest  # noqa: E402
+from config.settings import Config  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
 
 logger = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.loop import Agent  # noqa: E402
 from agent.session import SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
-from config import Config, ConfigHolder  # noqa: E402
+from config.settings import Config, ConfigHolder  # noqa: E402
 from memory.daily import DailyMemory  # noqa: E402
-from memory.store import ConversationStore, SessionInfo  # noqa: E402
-from memory.summarizer import Summarizer  # noqa: E402
+from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+from summaries.summarizer import Summarizer  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402
 
 LATENCY = 0.2

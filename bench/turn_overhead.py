@@ -24,7 +24,7 @@ from agent.session import LoggingDropSink, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from agent.tools.current_time import current_time  # noqa: E402
 from bench.sqlite_stalls import OPTIONS, open_store  # noqa: E402
-from config import Config, ConfigHolder  # noqa: E402
+from config.settings import Config, ConfigHolder  # noqa: E402
 from dispatcher.dispatcher import Dispatcher  # noqa: E402
 from tests.fakes.channel import RecordingChannel  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402

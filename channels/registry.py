@@ -31,8 +31,8 @@ ENTRY_POINT_GROUP = "longchat.channels"
 #: The built-in channels: name -> the module that registers it.
 BUILTIN_CHANNELS: dict[str, str] = {
     "terminal": "channels.terminal",
-    "telegram": "channels.telegram",
-    "wechat": "channels.wechat",
+    "telegram": "channels.telegram.channel",
+    "wechat": "channels.wechat.channel",
 }
 
 ChannelFactory = Callable[..., Any]

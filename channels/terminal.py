@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from channels.base import BaseChannel, IncomingMessage, ReplyStream
+from channels.base import BaseChannel
 from channels.registry import register_channel
+from core.messages import IncomingMessage, ReplyStream
 
 logger = logging.getLogger(__name__)
 

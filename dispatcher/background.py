@@ -20,8 +20,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from channels.base import IncomingMessage
-from memory.group_messages import BACKGROUND, TRIGGER
+from core.messages import IncomingMessage
+from store.group_messages import BACKGROUND, TRIGGER
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Sessions claimed across processes: the journal is the queue, PostgreSQL the coordinator (DESIGN §10).
 
 With several processes on one PostgreSQL database, any process may journal a message, and whichever
-process holds the session's advisory lock (:mod:`memory.locks`) answers the session's unanswered messages,
+process holds the session's advisory lock (:mod:`store.locks`) answers the session's unanswered messages,
 one at a time, in journal order. A claimed run:
 
 1. takes the lock ``session:<id>`` with ``pg_try_advisory_lock``; when another process holds it, that
@@ -17,7 +17,7 @@ A process that dies mid-turn loses its connection, and the server frees its lock
 messages are found by the other processes' sweep (every :data:`SWEEP_INTERVAL` s) and answered once: a
 reply the dead process had kept in the outbox is sent as it was instead of running the turn again.
 
-On SQLite (one process, :class:`memory.locks.LocalLocks`) none of this runs: the dispatcher queues live
+On SQLite (one process, :class:`store.locks.LocalLocks`) none of this runs: the dispatcher queues live
 items directly.
 """
 
@@ -28,11 +28,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 from core.records import PendingIncoming
 from dispatcher.intake import WorkItem
 from dispatcher.resume import resumed_item
-from memory.store import database_unavailable
+from store.conversations import database_unavailable
 
 if TYPE_CHECKING:
     from dispatcher.dispatcher import Dispatcher

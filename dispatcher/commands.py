@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 from core.records import SessionInfo
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dispatcher.intake import WorkItem
-from memory.store import database_unavailable
+from store.conversations import database_unavailable
 
 logger = logging.getLogger(__name__)
 

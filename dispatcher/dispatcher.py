@@ -27,7 +27,8 @@ from typing import Any
 
 from agent.loop import Agent
 from agent.session import SessionManager
-from channels.base import BaseChannel, IncomingMessage
+from channels.base import BaseChannel
+from core.messages import IncomingMessage
 from core.workers import KeyedWorkers
 from dispatcher.background import GroupBackground
 from dispatcher.claims import Poke, SessionClaims, session_lock
@@ -36,17 +37,11 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import SECRET_COMMANDS, RecentIds, WorkItem, background_text, decide, journal_payload
+from dispatcher.intake import RecentIds, WorkItem, background_text, decide, journal_payload
 from dispatcher.outbox import Outbox
 from dispatcher.replies import (
-    ADMIN_ONLY_REPLY,
-    AUTH_REPLY,
-    ERROR_REPLY,
-    PRIVATE_ONLY_REPLY,
     STILL_WORKING_AFTER,
     TEXT_ONLY_REPLY,
-    TRANSIENT_REPLY,
-    UNKNOWN_COMMAND_REPLY,
     StreamedReply,
     error_reply,
     keep_typing,
@@ -55,16 +50,10 @@ from dispatcher.replies import (
     with_prefix,
 )
 from dispatcher.resume import pending_items
-from memory.locks import LocalLocks, Locks
-from memory.store import ConversationStore
+from store.conversations import ConversationStore
+from store.locks import LocalLocks, Locks
 
 logger = logging.getLogger(__name__)
-
-# The replies and parts callers and plugins have imported from here.
-__all__ = ["ADMIN_ONLY_REPLY", "AUTH_REPLY", "ERROR_REPLY", "PRIVATE_ONLY_REPLY", "SECRET_COMMANDS",
-           "TEXT_ONLY_REPLY", "TRANSIENT_REPLY", "UNKNOWN_COMMAND_REPLY", "Dispatcher", "MessageHooks",
-           "WorkItem"]
-
 
 class Dispatcher:
     """Routes messages from every channel to commands or the agent, and replies."""
@@ -86,7 +75,7 @@ class Dispatcher:
         self.sessions = sessions
         self.commands = commands or CommandRegistry()
         self.services = services
-        #: who answers a session when several processes share the database (memory/locks.py)
+        #: who answers a session when several processes share the database (store/locks.py)
         self.locks: Locks = locks or LocalLocks()
         self.claims = SessionClaims(self)
         self.hooks = MessageHooks()

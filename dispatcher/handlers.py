@@ -17,7 +17,7 @@ from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks
 from dispatcher.intake import WorkItem
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
-from memory.store import ConversationStore
+from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 

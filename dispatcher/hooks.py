@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 
 
 class MessageHooks:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 from core.records import SessionInfo
 
 logger = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.base import IncomingMessage
-from config import SECRET_KEYS
+from config.settings import SECRET_KEYS
+from core.messages import IncomingMessage
 from core.records import SessionInfo
 from dispatcher.commands import CommandObject, parse_command
 from dispatcher.triggers import group_allowed, triggered_text

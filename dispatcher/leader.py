@@ -1,6 +1,6 @@
 """One leader among the processes: it polls Telegram (polling mode) and runs the jobs that must run once.
 
-The leader is whichever process holds the advisory lock ``leader`` (:mod:`memory.locks`). Every process
+The leader is whichever process holds the advisory lock ``leader`` (:mod:`store.locks`). Every process
 tries to take it every :data:`ELECTION_INTERVAL` seconds; the leader uses the same tick to check that its
 connection (and so its lock) is alive. When the leader dies, the server frees the lock at once and the
 next tick of another process takes it: a takeover within about ``ELECTION_INTERVAL`` seconds plus the time
@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from memory.locks import Locks
+from store.locks import Locks
 
 logger = logging.getLogger(__name__)
 

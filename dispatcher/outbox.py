@@ -17,8 +17,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from channels.base import BaseChannel, IncomingMessage
-from memory.store import ConversationStore
+from channels.base import BaseChannel
+from core.messages import IncomingMessage
+from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 

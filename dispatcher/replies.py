@@ -9,8 +9,8 @@ import logging
 from typing import Any
 
 from agent.llm import NO_MODEL_HINT
-from channels.base import BaseChannel, IncomingMessage, ReplyStream
-from config import endpoint_refused_hint, unknown_model_hint
+from channels.base import BaseChannel
+from config.settings import endpoint_refused_hint, unknown_model_hint
 from core.errors import (
     AuthLLMError,
     EndpointRefusedError,
@@ -19,6 +19,7 @@ from core.errors import (
     QuotaLLMError,
     TransientLLMError,
 )
+from core.messages import IncomingMessage, ReplyStream
 
 logger = logging.getLogger(__name__)
 

@@ -9,13 +9,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping
 from typing import Any
 
-from channels.base import BaseChannel, IncomingMessage
+from channels.base import BaseChannel
+from core.messages import IncomingMessage
 from core.records import PendingIncoming
 from dispatcher.commands import parse_command
 from dispatcher.identity import session_for
 from dispatcher.intake import RecentIds, WorkItem, speaker_text, with_reply
 from dispatcher.triggers import triggered_text
-from memory.store import ConversationStore
+from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 import re
 from typing import Any
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 
 logger = logging.getLogger(__name__)
 

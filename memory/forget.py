@@ -16,8 +16,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
 from memory.daily import LONG_TERM_FILE, DailyMemory
-from memory.group_messages import delete_group_messages
-from memory.models import Base, GroupMessageRow, SessionRow
+from store.group_messages import delete_group_messages
+from store.models import Base, GroupMessageRow, SessionRow
 
 logger = logging.getLogger(__name__)
 

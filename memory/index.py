@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from memory.daily import LONG_TERM_FILE, DailyMemory, valid_date
 from memory.embeddings import BaseEmbedder, to_bytes
-from memory.models import MemoryChunkRow, utcnow
+from store.models import MemoryChunkRow, utcnow
 
 logger = logging.getLogger(__name__)
 

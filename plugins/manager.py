@@ -38,7 +38,7 @@ import pluggy
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agent.tools.base import Tool, bind_services
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 from dispatcher.commands import Command, CommandRequest
 from plugins import hookspecs
 from plugins.hookspecs import PROJECT, SKIP

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from config import normalise_db_url
-from memory.store import ConversationStore
+from config.settings import normalise_db_url
+from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 

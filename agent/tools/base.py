@@ -33,7 +33,7 @@ class ToolContext:
     data_dir: Path = field(default_factory=Path)
     #: the application's parts (``app.Services``), or None outside the app
     services: Any = None
-    #: the conversation store (``memory.store.ConversationStore``), or None
+    #: the conversation store (``store.conversations.ConversationStore``), or None
     store: Any = None
     #: the daily memory files (``memory.daily.DailyMemory``), or None
     memory: Any = None

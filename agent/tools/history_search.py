@@ -1,7 +1,7 @@
 """The ``history_search`` tool: full-text search over the calling session's whole stored history.
 
 Unlike ``memory_search`` (the summaries and notes), this reads what was actually said, including turns
-long trimmed or cleared from the context, until cleanup or ``/forget`` deletes them (memory/history_search.py).
+long trimmed or cleared from the context, until cleanup or ``/forget`` deletes them (store/history_search.py).
 
 The store comes with the call's context (``ctx.store``, which the app's plugins fill from its services).
 """

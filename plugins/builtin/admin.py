@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from config import (
+from config.settings import (
     KNOWN_KEYS,
     RESTART_KEYS,
     SECRET_KEYS,

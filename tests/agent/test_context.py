@@ -13,11 +13,9 @@ from agent.context import (
     BACKGROUND_HEADER,
     MISSING_RESULT,
     Budget,
-    CtxMessage,
     PrepareResult,
     cut_text,
     fit_background,
-    group_turns,
     history_budget,
     injection_text,
     overflow_trim,
@@ -26,6 +24,7 @@ from agent.context import (
     repair_pairing,
 )
 from agent.tokens import TokenCounter
+from core.turns import CtxMessage, group_turns
 
 BIG = 10**9
 

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.llm import OpenAILLM, backoff_delay, is_overflow, with_retries
+from agent.llm import OpenAILLM, backoff_delay, with_retries
+from agent.provider_errors import is_overflow
 from core.errors import (
     AuthLLMError,
     ContextOverflowError,
@@ -282,7 +283,7 @@ async def test_request_body_and_parsed_answer():
 
 
 def test_parse_completion_edge_cases():
-    from agent.llm import parse_completion
+    from agent.completion import parse_completion
 
     with pytest.raises(OtherLLMError, match="no choices"):
         parse_completion({"choices": []})

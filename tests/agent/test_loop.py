@@ -7,9 +7,9 @@ import pytest
 from agent.loop import CLEARED_REPLY, FINAL_ANSWER_PROMPT, STREAM_BROKEN_NOTE, Agent
 from agent.session import SessionManager
 from agent.tools.base import ToolRegistry, tool
-from config import Config, ConfigHolder
+from config.settings import Config, ConfigHolder
 from core.errors import ContextOverflowError, TransientLLMError
-from memory.store import ConversationStore, SessionInfo
+from store.conversations import ConversationStore, SessionInfo
 from tests.fakes.fake_llm import FakeLLM
 
 INFO = SessionInfo(session_id="terminal:local", channel="terminal", chat_id="local", user_id="local")
@@ -87,7 +87,7 @@ async def test_a_failing_tool_returns_its_error_and_the_turn_goes_on(parts):
 
 
 async def test_unknown_tool_and_bad_arguments_are_reported(parts):
-    from agent.llm import LLMResponse, ToolCall
+    from core.llm import LLMResponse, ToolCall
 
     bad = LLMResponse(content=None, tool_calls=(ToolCall("c1", "nope", "{}"), ToolCall("c2", "echo_tool", "{oops")))
     llm = FakeLLM().enqueue(bad).enqueue("ok")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.session import CompactResult, SessionManager
-from config import Config, ConfigHolder
+from config.settings import Config, ConfigHolder
 from core.records import SessionInfo
 
 A = SessionInfo(session_id="telegram:1", channel="telegram", chat_id="1", user_id="1")

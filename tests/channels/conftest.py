@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from config import Config
+from config.settings import Config
 from tests.channels.wechat_harness import Harness, Login, logs_in, make_core
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 from tests.fakes.channel import RecordingChannel
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.markdown import balance_fence, balance_fences, markdown_to_html
+from channels.telegram.markdown import balance_fence, balance_fences, markdown_to_html
 from tests.fakes.telegram_html import HTMLParseError, parse_telegram_html
 
 

@@ -10,7 +10,7 @@ import pytest
 from app import build_channels
 from channels import registry
 from channels.registry import BUILTIN_CHANNELS, check_channel_names, create_channel, known_channels
-from config import Config, validate_data
+from config.settings import Config, validate_data
 from core.errors import ConfigError
 from tests.fakes.distribution import readme_example, write_distribution
 from tests.plugins.harness import PluginBot

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from channels.base import IncomingMessage
-from channels.telegram import TOKEN_REJECTED, TelegramChannel
-from channels.telegram_text import render_chunks, split_text, utf16_len
-from config import Config
+from channels.telegram.channel import TOKEN_REJECTED, TelegramChannel
+from channels.telegram.text import render_chunks, split_text, utf16_len
+from config.settings import Config
+from core.messages import IncomingMessage
 from dispatcher.commands import Command, CommandRegistry
 from tests.fakes.telegram_api import FakeTelegramAPI
 from tests.fakes.telegram_html import parse_telegram_html
@@ -163,7 +163,7 @@ async def test_invalid_token_logs_one_line_and_stays_inactive(api, caplog):
     with caplog.at_level(logging.WARNING):
         await ch.start()
     assert not ch.active and ch.bot is None and ch.updater is None
-    assert [r.getMessage() for r in caplog.records if r.name == "channels.telegram"] == [TOKEN_REJECTED]
+    assert [r.getMessage() for r in caplog.records if r.name == "channels.telegram.channel"] == [TOKEN_REJECTED]
     await ch.stop()
     await ch.stop()
     await ch.send(IncomingMessage(channel="telegram", chat_id="1", user_id="1", text=""), "dropped")
@@ -177,7 +177,7 @@ async def test_unreachable_api_leaves_channel_inactive(caplog):
     with caplog.at_level(logging.ERROR):
         await ch.start()
     assert not ch.active
-    lines = [r.getMessage() for r in caplog.records if r.name == "channels.telegram"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "channels.telegram.channel"]
     assert len(lines) == 1 and lines[0].startswith("telegram: cannot reach the Bot API")
 
 
@@ -291,13 +291,13 @@ async def test_a_failing_update_is_logged_and_later_ones_still_arrive(api, caplo
     ch.set_handler(inbox)
     await ch.start()
     try:
-        with caplog.at_level(logging.ERROR, logger="channels.telegram"):
+        with caplog.at_level(logging.ERROR, logger="channels.telegram.channel"):
             api.push_text(4, "before", user_id=4)
             bad = api.push_text(4, "boom", user_id=4)
             api.push_text(4, "after", user_id=4)
             before, after = await inbox.wait(2)
         assert (before.text, after.text) == ("before", "after")
-        [record] = [r for r in caplog.records if r.name == "channels.telegram"]
+        [record] = [r for r in caplog.records if r.name == "channels.telegram.channel"]
         assert record.getMessage() == f"telegram: error while handling update {bad['update_id']}"
         assert record.exc_info is not None and str(record.exc_info[1]) == "cannot read this one"
         api.push_text(5, "still running", user_id=5)
@@ -319,7 +319,7 @@ async def test_a_malformed_update_is_logged_once_and_skipped(api, channel, caplo
         assert (await channel.inbox.wait(3))[2].text == "later"
         await asyncio.sleep(0.3)  # a few more polls: the bad updates are not fetched again
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert [r.name for r in warnings] == ["channels.telegram_incoming", "channels.telegram_incoming"]
+    assert [r.name for r in warnings] == ["channels.telegram.incoming", "channels.telegram.incoming"]
     assert warnings[0].getMessage().startswith(f"telegram: update {bad['update_id']} could not be read (")
     assert warnings[1].getMessage().startswith(f"telegram: update {bad['update_id'] + 2} could not be read (")
     assert all("no date" not in r.getMessage() for r in caplog.records)  # bodies are not logged
@@ -481,8 +481,8 @@ async def test_webhook_mode(api):
 
 
 async def test_edit_slots_keep_a_group_within_its_pace_but_allow_a_short_burst():
-    from channels.telegram import EDIT_INTERVAL, GROUP_EDIT_BURST, GROUP_EDIT_INTERVAL
-    from config import Config
+    from channels.telegram.channel import EDIT_INTERVAL, GROUP_EDIT_BURST, GROUP_EDIT_INTERVAL
+    from config.settings import Config
 
     ch = TelegramChannel(Config(channel_type="telegram", telegram_bot_token="1:x"))
     group = [ch.edit_slot(-100, is_group=True) for _ in range(GROUP_EDIT_BURST + 3)]

@@ -17,12 +17,12 @@ from sqlalchemy import text
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
-from channels.base import IncomingMessage
-from channels.telegram import TelegramChannel
-from config import Config, ConfigHolder
+from channels.telegram.channel import TelegramChannel
+from config.settings import Config, ConfigHolder
+from core.messages import IncomingMessage
 from dispatcher.dispatcher import Dispatcher
-from memory import backend
-from memory.store import ConversationStore
+from store import engine as backend
+from store.conversations import ConversationStore
 from tests.channels.test_telegram import free_port
 from tests.conftest import _libpq_url
 from tests.fakes.fake_llm import FakeLLM
@@ -149,7 +149,7 @@ async def test_a_database_failure_is_a_500_and_the_redelivery_is_answered_once(a
         assert [m["text"] for m in api.sent] == ["echo: do not lose me"]  # once
         assert await bot.inbox() == [(f"33:{update['message']['message_id']}", "done")]
         assert len(bot.llm.history) == 1
-        refused = [r.getMessage() for r in caplog.records if r.name == "channels.telegram_webhook"]
+        refused = [r.getMessage() for r in caplog.records if r.name == "channels.telegram.webhook"]
         assert refused == [f"telegram: update {update['update_id']} could not be journalled; "
                            "Telegram will deliver it again"]
 
@@ -175,7 +175,7 @@ async def test_a_malformed_update_is_logged_once_and_answered_200(api, db_url, t
 
 
 def test_telegram_webhook_port_in_the_environment_wins_over_the_file(tmp_path):
-    from config import load_config
+    from config.settings import load_config
 
     path = tmp_path / "config.json"
     path.write_text('{"telegram_mode": "webhook", "telegram_webhook_port": 8443}', encoding="utf-8")

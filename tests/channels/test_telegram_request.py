@@ -14,9 +14,9 @@ from telegram.error import NetworkError, TimedOut
 from telegram.request import RequestData
 from telegram.request._requestparameter import RequestParameter
 
-from channels.telegram import TelegramChannel
-from channels.telegram_request import AiohttpRequest
-from config import Config
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.request import AiohttpRequest
+from config.settings import Config
 
 
 class Api:

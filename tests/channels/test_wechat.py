@@ -1,4 +1,4 @@
-"""Tests of channels/wechat.py, offline (tests/channels/wechat_harness.py): messages in private chats and
+"""Tests of channels/wechat/channel.py, offline (tests/channels/wechat_harness.py): messages in private chats and
 groups, replies, and session ids that stay stable across logins."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from channels.base import IncomingMessage
-from channels.wechat import WeChatChannel, WeChatSendError
-from config import Config
+from channels.wechat.channel import WeChatChannel, WeChatSendError
+from config.settings import Config
+from core.messages import IncomingMessage
 from tests.channels.wechat_harness import (
     AT,
     BOT_IN_GROUP,

@@ -1,4 +1,4 @@
-"""Tests of channels/wechat.py, offline (tests/channels/wechat_harness.py): login (QR code, refusals, crashes,
+"""Tests of channels/wechat/channel.py, offline (tests/channels/wechat_harness.py): login (QR code, refusals, crashes,
 a logout from the phone) and the channel's lifecycle (stop, hot reload), each failure one error line."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import itchat
 import pytest
 
-from channels.wechat import QR_FILE, STATUS_FILE, WeChatChannel
-from config import Config
+from channels.wechat.channel import QR_FILE, STATUS_FILE, WeChatChannel
+from config.settings import Config
 from tests.channels.wechat_harness import Harness, Login, feed, logs_in, make_core, raw
 
 
@@ -37,7 +37,8 @@ async def thread_ended(channel: WeChatChannel) -> None:
 
 
 def channel_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "channels.wechat" and r.levelno >= logging.ERROR]
+    return [r.getMessage() for r in caplog.records
+            if r.name == "channels.wechat.channel" and r.levelno >= logging.ERROR]
 
 
 async def test_login_sys_exit_is_one_error_line(cfg: Config, caplog: pytest.LogCaptureFixture) -> None:
@@ -204,7 +205,7 @@ def offline_login_steps(core: Any, monkeypatch: pytest.MonkeyPatch, statuses: li
 async def test_real_itchat_login_draws_qr_and_stop_aborts_it(
         cfg: Config, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    caplog.set_level(logging.INFO, logger="channels.wechat")
+    caplog.set_level(logging.INFO, logger="channels.wechat.channel")
     core = make_core(Login("e"))
     core.storageClass.userName = None  # not logged in yet
     checks = offline_login_steps(core, monkeypatch, ["408", "201", "408"])
@@ -220,7 +221,7 @@ async def test_real_itchat_login_draws_qr_and_stop_aborts_it(
     await channel.stop()
     out = capsys.readouterr()
     assert "▀" in out.out + out.err
-    messages = [r.getMessage() for r in caplog.records if r.name == "channels.wechat"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "channels.wechat.channel"]
     assert any("https://login.weixin.qq.com/l/REALUUID" in m and str(qr) in m for m in messages)
     assert "wechat: QR code scanned; confirm the login on the phone" in messages
     assert "wechat: login stopped" in messages
@@ -243,7 +244,7 @@ async def test_real_itchat_login_refused_is_one_error_line(
 
 async def test_stop_does_not_wait_forever_for_a_stuck_login(
         cfg: Config, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("channels.wechat.JOIN_TIMEOUT_S", 0.1)
+    monkeypatch.setattr("channels.wechat.channel.JOIN_TIMEOUT_S", 0.1)
     core = make_core(Login("0"))
     release = threading.Event()
     core.auto_login = lambda **kwargs: release.wait(5)  # a request to WeChat that hangs

@@ -1,4 +1,4 @@
-"""Tests of channels/wechat_text.py: splitting, @mention stripping, the terminal QR code."""
+"""Tests of channels/wechat/text.py: splitting, @mention stripping, the terminal QR code."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pyqrcode
 
-from channels.wechat_text import AT_SEPARATOR, MESSAGE_LIMIT, render_qr, split_text, strip_mentions
+from channels.wechat.text import AT_SEPARATOR, MESSAGE_LIMIT, render_qr, split_text, strip_mentions
 
 
 def test_short_text_is_one_message() -> None:

@@ -17,9 +17,9 @@ from itchat.components.contact import update_local_chatrooms, update_local_frien
 from itchat.components.messages import produce_msg
 from itchat.returnvalues import ReturnValue
 
-from channels.base import IncomingMessage
-from channels.wechat import WeChatChannel
-from config import Config
+from channels.wechat.channel import WeChatChannel
+from config.settings import Config
+from core.messages import IncomingMessage
 
 AT = "\u2005"
 BOT_NICK = "Botty"

@@ -1,6 +1,6 @@
 """Tests for dispatcher/claims.py: two bot "processes" (each its own store, dispatcher and lock connection)
 on one PostgreSQL database, in one event loop. The multi-process tests with real processes are in
-tests/test_multiprocess.py."""
+tests/e2e/test_multiprocess.py."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
-from config import Config, ConfigHolder
+from config.settings import Config, ConfigHolder
 from core.records import SessionInfo
 from dispatcher.claims import session_lock
 from dispatcher.dispatcher import Dispatcher
-from memory.locks import AdvisoryLocks
-from memory.store import ConversationStore
+from store.conversations import ConversationStore
+from store.locks import AdvisoryLocks
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 

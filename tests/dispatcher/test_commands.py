@@ -2,7 +2,7 @@
 
 import pytest
 
-from channels.base import IncomingMessage
+from core.messages import IncomingMessage
 from core.records import SessionInfo
 from dispatcher.commands import Command, CommandObject, CommandRegistry, CommandRequest, parse_command
 

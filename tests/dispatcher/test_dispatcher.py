@@ -11,11 +11,12 @@ import pytest
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
-from config import Config, ConfigHolder
+from config.settings import Config, ConfigHolder
 from core.errors import TransientLLMError
 from dispatcher.commands import Command, CommandRegistry
-from dispatcher.dispatcher import ADMIN_ONLY_REPLY, TEXT_ONLY_REPLY, TRANSIENT_REPLY, Dispatcher
-from memory.store import ConversationStore, SessionInfo
+from dispatcher.dispatcher import Dispatcher
+from dispatcher.replies import ADMIN_ONLY_REPLY, TEXT_ONLY_REPLY, TRANSIENT_REPLY
+from store.conversations import ConversationStore, SessionInfo
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 

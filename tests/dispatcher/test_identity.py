@@ -2,8 +2,8 @@
 
 import pytest
 
-from channels.base import IncomingMessage
-from config import Config
+from config.settings import Config
+from core.messages import IncomingMessage
 from core.records import SessionInfo
 from dispatcher.identity import is_shared_group, session_for
 

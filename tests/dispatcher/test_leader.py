@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from dispatcher.leader import Leadership
-from memory.locks import AdvisoryLocks, LocalLocks
+from store.locks import AdvisoryLocks, LocalLocks
 
 
 async def until(check, within: float = 10.0) -> None:

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from agent.llm import NO_MODEL_HINT
-from config import Config
+from config.settings import Config
 from core.errors import (
     AuthLLMError,
     EndpointRefusedError,

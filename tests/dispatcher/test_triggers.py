@@ -1,7 +1,7 @@
 """Tests for dispatcher/triggers.py: triggers and the group whitelist."""
 
-from channels.base import IncomingMessage
-from config import Config
+from config.settings import Config
+from core.messages import IncomingMessage
 from dispatcher.triggers import group_allowed, triggered_text
 
 

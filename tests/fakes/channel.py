@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from channels.base import BaseChannel, IncomingMessage
+from channels.base import BaseChannel
+from core.messages import IncomingMessage
 
 _ids = itertools.count(1)
 

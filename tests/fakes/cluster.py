@@ -51,7 +51,7 @@ def webhook_port_env_supported() -> bool:
     """Whether this checkout's app reads ``TELEGRAM_WEBHOOK_PORT`` (only then can webhook processes share
     one config.json). Read from the source: the variable is the contract, and starting a process to find
     out would cost seconds."""
-    files = [ROOT / "config.py", ROOT / "app.py", *sorted((ROOT / "channels").glob("telegram*.py"))]
+    files = [ROOT / "config/settings.py", ROOT / "app.py", *sorted((ROOT / "channels").glob("telegram*.py"))]
     return any("TELEGRAM_WEBHOOK_PORT" in f.read_text(encoding="utf-8") for f in files if f.exists())
 
 
@@ -86,7 +86,7 @@ def fresh_schema(database_url: str) -> Iterator[str]:
     """An empty schema in the PostgreSQL database ``database_url``; yields a URL that uses it, drops it after."""
     import psycopg
 
-    from config import normalise_db_url
+    from config.settings import normalise_db_url
 
     scheme, rest = database_url.split("://", 1)
     libpq = "postgresql://" + rest

@@ -9,8 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.llm import LLMResponse, ToolCall
 from core.errors import LLMError
+from core.llm import LLMResponse, ToolCall
 
 
 @dataclass

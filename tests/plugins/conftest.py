@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config import ENV_OVERRIDES
+from config.settings import ENV_OVERRIDES
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,12 @@ from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from app import Services
-from config import ConfigHolder, load_config
+from config.settings import ConfigHolder, load_config
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
 from memory.daily import DailyMemory
-from memory.store import ConversationStore
 from plugins.manager import PluginManager, install
+from store.conversations import ConversationStore
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 

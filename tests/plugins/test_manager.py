@@ -9,7 +9,7 @@ from collections import Counter
 from pydantic import BaseModel, ConfigDict
 
 from agent.tools.base import ToolContext
-from dispatcher.dispatcher import UNKNOWN_COMMAND_REPLY
+from dispatcher.replies import UNKNOWN_COMMAND_REPLY
 from plugins.hookspecs import SKIP, hookimpl
 from plugins.manager import COMMAND_FAILED_REPLY
 from tests.fakes.distribution import readme_example, write_distribution

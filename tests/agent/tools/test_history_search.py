@@ -11,9 +11,9 @@ from sqlalchemy import text
 
 from agent.tools.base import ToolContext
 from agent.tools.history_search import history_search
-from config import Config
-from memory.history_search import passage, search_terms
-from memory.store import ConversationStore, SessionInfo
+from config.settings import Config
+from store.conversations import ConversationStore, SessionInfo
+from store.history_search import passage, search_terms
 
 A = "telegram:111"
 B = "telegram:222"
@@ -149,7 +149,7 @@ async def test_migration_indexes_existing_histories(db_url: str) -> None:
     """A database at revision 0001 with messages: upgrading to head indexes them."""
     from alembic import command
 
-    from memory.migrations import alembic_config
+    from store.migrations import alembic_config
 
     store = ConversationStore(db_url)
     await store.open()

@@ -11,7 +11,7 @@ import time_machine
 
 from agent.tools.base import ToolContext
 from agent.tools.memory_tools import MEMORY_TOOLS, memory_get, memory_search
-from config import Config
+from config.settings import Config
 from memory.daily import DailyMemory
 
 ZONE = ZoneInfo("Asia/Shanghai")

@@ -24,7 +24,7 @@ from agent.tools.web_fetch import (
     page_to_text,
     web_fetch,
 )
-from config import Config
+from config.settings import Config
 
 PAGE = (b"<!DOCTYPE html><html><head><title>Test   Page</title><style>body{color:red}</style>"
         b"<script>var secret = 'script-text';</script></head><body><nav><a href='/'>Home menu</a></nav>"

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import time_machine
 
-import config as config_module
-from dispatcher.dispatcher import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY
+import config.settings as config_module
+from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY
 from tests.plugins.harness import PluginBot
 
 SETTINGS = {"model": "gpt-4o-mini", "open_ai_api_key": "sk-test-0123456789a1b2", "agent_max_steps": 5}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent.context import injection_text
-from memory.summarizer import Checked
 from plugins.builtin.commands import NO_SUMMARY_REPLY, SHARED_GROUP_REPLY, bar
+from summaries.summarizer import Checked
 from tests.fakes.fake_llm import FakeLLM
 from tests.plugins.harness import FakeSummarizer, PluginBot
 

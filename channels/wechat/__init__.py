@@ -1,0 +1,1 @@
+"""The legacy WeChat channel (itchat-uos, the web protocol)."""

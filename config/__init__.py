@@ -1,0 +1,1 @@
+"""Settings: the config model, loading, editing and watching config.json."""

@@ -1,0 +1,496 @@
+"""The configuration: a validated pydantic model of config.json.
+
+Keys follow chatgpt-on-wechat. An unknown key or a wrong type fails with one line that names the key
+(and suggests the nearest known key). Secrets may come from the environment, which wins over the file.
+Relative paths resolve against the config file's folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+import config.cowagent
+from core.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://api.openai.com/v1"
+DEFAULT_PERSONA = (
+    "You are a helpful, concise assistant in a chat app. You remember the conversation, use tools "
+    "when they help, and answer in the language the user writes in."
+)
+
+#: Environment variables that override keys of the file.
+ENV_OVERRIDES = {
+    "OPENAI_API_KEY": "open_ai_api_key",
+    "OPENAI_BASE_URL": "open_ai_api_base",
+    "TELEGRAM_BOT_TOKEN": "telegram_bot_token",
+    "TELEGRAM_WEBHOOK_PORT": "telegram_webhook_port",  # several processes sharing one config.json
+}
+#: Keys whose values are masked wherever they are shown.
+SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password"})
+#: Keys that take effect only after a restart.
+RESTART_KEYS = frozenset({
+    "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
+    "telegram_webhook_url", "telegram_webhook_listen", "telegram_webhook_port", "telegram_rate_limit",
+    "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
+})
+
+#: The longest value /config accepts, in characters (the persona is the longest setting in practice).
+MAX_VALUE_CHARS = 20_000
+
+
+def secret_refusal(key: str) -> str:
+    """Why a secret cannot be set from a chat, and how to set it instead."""
+    env = next((var for var, k in ENV_OVERRIDES.items() if k == key), None)
+    how = f"set the {env} environment variable or edit config.json by hand" if env else \
+        "edit config.json by hand"
+    when = "; it takes effect after a restart" if key in RESTART_KEYS else ""
+    return (f"{key} is a secret and cannot be set from a chat, where the platform and the bot's journal would "
+            f"keep it: {how}{when}")
+
+
+def endpoint_refused_hint(base: str) -> str:
+    """The one line for a model endpoint that refuses the connection (used at start and in chat replies)."""
+    return (f"The model endpoint {base} refused the connection: check that the model server is running and that "
+            "open_ai_api_base in config.json points at it.")
+
+
+def unknown_model_hint(model: str, base: str) -> str:
+    """The one line for a model name the endpoint does not know."""
+    return (f"The model {model!r} is not available at {base}: check the model setting in config.json "
+            "(the endpoint's /models list names the ones it has).")
+
+
+#: A channel name; the channel registry (channels/registry.py) says which exist.
+ChannelName = str
+
+
+class Config(BaseModel):
+    """Every key of config.json, with its default."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+
+    channel_type: ChannelName | list[ChannelName] = "terminal"
+    model: str = "gpt-4o-mini"
+    open_ai_api_key: str = ""
+    open_ai_api_base: str = DEFAULT_API_BASE
+    summary_model: str = ""
+    model_context_window: int = Field(0, ge=0)
+    character_desc: str = DEFAULT_PERSONA
+    agent_max_context_tokens: int = Field(50000, ge=1000)
+    agent_max_context_turns: int = Field(20, ge=1)
+    agent_max_steps: int = Field(15, ge=1)
+    single_chat_prefix: list[str] = Field(default_factory=lambda: [""])
+    single_chat_reply_prefix: str = ""
+    group_chat_prefix: list[str] = Field(default_factory=lambda: ["@bot"])
+    group_chat_keyword: list[str] = Field(default_factory=list)
+    group_at_off: bool = False
+    group_name_white_list: list[str] = Field(default_factory=lambda: ["ALL_GROUP"])
+    group_shared_session: bool = False
+    group_chat_reply_prefix: str = ""
+    admin_users: list[str] = Field(default_factory=list)
+    admin_password: str = ""
+    telegram_bot_token: str = ""
+    telegram_base_url: str = "https://api.telegram.org/bot"
+    telegram_mode: Literal["polling", "webhook"] = "polling"
+    telegram_rate_limit: bool = True
+    telegram_webhook_url: str = ""
+    telegram_webhook_listen: str = "127.0.0.1"
+    telegram_webhook_port: int = Field(8443, ge=1, le=65535)
+    wechat_hot_reload: bool = True
+    data_dir: str = "data"
+    db_url: str = ""
+    conversation_max_age_days: int = Field(30, ge=1)
+    cleanup_hour: int = Field(3, ge=0, le=23)
+    timezone: str = ""
+    web_fetch_allow_private: bool = False
+    max_concurrent_turns: int = Field(64, ge=1)
+    agent_max_output_tokens: int = Field(0, ge=0)
+    stream_replies: bool = True
+    group_context_messages: int = Field(20, ge=0)
+    memory_embedding_model: str = "local"
+    memory_flush: bool = False
+    azure_api_version: str = ""
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("channel_type")
+    @classmethod
+    def _known_channels(cls, value: str | list[str]) -> str | list[str]:
+        from channels.registry import check_channel_names
+
+        check_channel_names([value] if isinstance(value, str) else value)
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if value:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError) as exc:
+                raise ValueError(f"unknown IANA time zone {value!r}") from exc
+        return value
+
+    @field_validator("admin_users")
+    @classmethod
+    def _admin_format(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if ":" not in entry:
+                raise ValueError(f"entries look like 'telegram:12345', got {entry!r}")
+        return value
+
+    # --- derived values -------------------------------------------------------------------
+    @property
+    def channels(self) -> list[str]:
+        """The channel names to run."""
+        value = self.channel_type
+        return list(dict.fromkeys([value] if isinstance(value, str) else value))
+
+    @property
+    def effective_summary_model(self) -> str:
+        """The model summaries use."""
+        return self.summary_model or self.model
+
+    @property
+    def model_configured(self) -> bool:
+        """True when a key or a custom endpoint is set."""
+        return bool(self.open_ai_api_key) or self.open_ai_api_base.rstrip("/") != DEFAULT_API_BASE
+
+    def data_path(self) -> Path:
+        """The data folder (absolute once loaded from a file)."""
+        return Path(self.data_dir)
+
+    def database_url(self) -> str:
+        """The SQLAlchemy URL, with the default SQLite file and async drivers filled in."""
+        return normalise_db_url(self.db_url, self.data_path())
+
+    def zone(self):
+        """The configured time zone, or the system zone."""
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        if self.timezone:
+            return ZoneInfo(self.timezone)
+        return datetime.now().astimezone().tzinfo
+
+
+def normalise_db_url(url: str, data_dir: Path) -> str:
+    """Fill in SQLite at ``<data_dir>/chatbot.db`` and switch PostgreSQL URLs to the async psycopg driver.
+
+    The store picks SQLite's driver itself (aiosqlite, store/engine.py); the ``sqlite+aiosqlite://``
+    spelling of earlier versions is still accepted.
+    """
+    if not url:
+        return f"sqlite:///{data_dir / 'chatbot.db'}"
+    for plain in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url[len(plain):]
+    if url.startswith("sqlite+aiosqlite://"):
+        return "sqlite://" + url[len("sqlite+aiosqlite://"):]
+    return url
+
+
+KNOWN_KEYS: tuple[str, ...] = tuple(Config.model_fields)
+
+
+def suggest_key(key: str) -> str | None:
+    """The nearest known key to a misspelt one, if any is close."""
+    matches = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line naming the first bad key and what was expected."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err.get("loc", ())]
+    key = loc[0] if loc else "?"
+    if err.get("type") == "extra_forbidden":
+        hint = suggest_key(key)
+        tail = f"; did you mean {hint}?" if hint else ""
+        return f"unknown config key {key!r}{tail}"
+    where = key if key != "plugins" else ".".join(loc[:2])
+    expected = _expected_type(key)
+    msg = err.get("msg", "invalid value")
+    return f"invalid value for {where!r}: {msg} (expected {expected})"
+
+
+_EXPECTED = {
+    "channel_type": "a registered channel name, or a list of them",
+    "telegram_mode": '"polling" or "webhook"',
+    "plugins": "an object of per-plugin objects",
+    "timezone": 'an IANA zone name such as "Europe/Berlin", or ""',
+    "admin_users": 'a list of "<channel>:<user id>" strings',
+}
+
+
+def _expected_type(key: str) -> str:
+    if key in _EXPECTED:
+        return _EXPECTED[key]
+    field = Config.model_fields.get(key)
+    if field is None:
+        return "a valid value"
+    ann = field.annotation
+    names = {str: "a string", int: "an integer", bool: "true or false", list[str]: "a list of strings"}
+    if ann in names:
+        return names[ann]
+    text = str(ann).replace("typing.", "")
+    return text
+
+
+def validate_data(data: dict[str, Any]) -> Config:
+    """Validate a dict of settings; raise :class:`ConfigError` with one clear line.
+
+    Every unknown key is named at once, each with its suggestion, so a file is fixed in one pass.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("config must be a JSON object of settings")
+    unknown = [key for key in data if key not in KNOWN_KEYS]
+    if len(unknown) == 1:
+        hint = suggest_key(unknown[0])
+        raise ConfigError(f"unknown config key {unknown[0]!r}" + (f"; did you mean {hint}?" if hint else ""))
+    if unknown:
+        named = []
+        for key in unknown:
+            hint = suggest_key(key)
+            named.append(f"{key!r}" + (f" (did you mean {hint}?)" if hint else ""))
+        raise ConfigError("unknown config keys: " + ", ".join(named))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_error(exc)) from None
+
+
+def translate_cowagent(data: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
+    """The settings with chatgpt-on-wechat's spellings mapped to ours (config/cowagent.py); what was mapped
+    and what is ignored is appended to ``notes`` (one line each) for the log."""
+    return config.cowagent.translate(data, KNOWN_KEYS, notes)
+
+
+def read_file_data(path: Path) -> dict[str, Any]:
+    """Read config.json as a dict (an absent file means all defaults).
+
+    An empty file is an error, not "all defaults": editors often truncate a file before writing it, and
+    applying that moment would drop every setting (admins included).
+    """
+    if not path.exists():
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if not text.strip():
+        raise ConfigError(f"{path} is empty; write {{}} in it for all defaults")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object of settings")
+    return data
+
+
+def apply_environment(data: dict[str, Any], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Return ``data`` with the environment variables of :data:`ENV_OVERRIDES` applied (they win over the file)."""
+    env = os.environ if environ is None else environ
+    out = dict(data)
+    for var, key in ENV_OVERRIDES.items():
+        if env.get(var):
+            out[key] = int(env[var]) if key == "telegram_webhook_port" and env[var].isdigit() else env[var]
+    return out
+
+
+def resolve_paths(cfg: Config, base: Path) -> Config:
+    """Make relative paths absolute against the config file's folder."""
+    data_dir = Path(cfg.data_dir).expanduser()
+    if not data_dir.is_absolute():
+        data_dir = (base / data_dir).resolve()
+    url = cfg.db_url
+    prefix = "sqlite:///"
+    for p in ("sqlite+aiosqlite:///", "sqlite:///"):
+        if url.startswith(p):
+            prefix = p
+            rest = url[len(p):]
+            if rest and not rest.startswith("/") and rest != ":memory:":
+                url = prefix + str((base / rest).resolve())
+            break
+    return cfg.model_copy(update={"data_dir": str(data_dir), "db_url": url})
+
+
+def load_config(path: str | Path = "config.json", environ: dict[str, str] | None = None,
+                notes: list[str] | None = None) -> Config:
+    """Load, validate and resolve a config file. Raise :class:`ConfigError` with one clear line.
+
+    A chatgpt-on-wechat file is accepted: what was mapped or ignored goes to ``notes``.
+    """
+    path = Path(path).expanduser().resolve()
+    data = apply_environment(translate_cowagent(read_file_data(path), notes), environ)
+    cfg = validate_data(data)
+    return resolve_paths(cfg, path.parent)
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to ``path`` atomically: a temporary file in the same folder, fsync, then ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, ensure_ascii=False, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def mask_secret(value: str) -> str:
+    """Show a secret as ``sk-…a1b2``: enough to recognise, not to use."""
+    if not value:
+        return ""
+    if len(value) <= 8:
+        return "…" + value[-2:] if len(value) > 4 else "…"
+    return f"{value[:3]}…{value[-4:]}"
+
+
+class ConfigHolder:
+    """The settings in force. Call it to get the current :class:`Config`; live changes swap it."""
+
+    def __init__(self, config: Config, path: Path | None = None) -> None:
+        self.current = config
+        self.path = path
+        self._listeners: list = []
+
+    def __call__(self) -> Config:
+        return self.current
+
+    def on_change(self, listener) -> None:
+        """Call ``listener(old, new)`` after every change."""
+        self._listeners.append(listener)
+
+    def replace(self, new: Config) -> list[str]:
+        """Put ``new`` in force; return the keys that changed."""
+        old, self.current = self.current, new
+        changed = [k for k in KNOWN_KEYS if getattr(old, k) != getattr(new, k)]
+        if changed:
+            for listener in self._listeners:
+                try:
+                    listener(old, new)
+                except Exception:  # noqa: BLE001 - one listener must not stop the others
+                    logger.exception("config listener failed")
+        return changed
+
+
+# --- saving one setting (/config) and applying changes live -------------------------------------------
+
+
+def parse_value(raw: str, expects_text: bool = False) -> Any:
+    """A /config value: JSON (``30``, ``true``, ``["a","b"]``, ``"x"``), else the text itself.
+
+    For a text setting, a bare value that parses as another JSON type (``/config admin_password 1234``)
+    is taken as text too.
+    """
+    text = raw.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if expects_text and not isinstance(value, str):
+        return text
+    return value
+
+
+def setting_path(key: str) -> list[str]:
+    """Split a setting name: a top-level key, or ``plugins.<name>.<key>``. Raise :class:`ConfigError`."""
+    parts = key.split(".")
+    foreign = config.cowagent.setting_error(parts[0], KNOWN_KEYS)
+    if foreign:
+        raise ConfigError(foreign)
+    if parts[0] not in KNOWN_KEYS:
+        hint = suggest_key(parts[0])
+        raise ConfigError(f"unknown config key {parts[0]!r}" + (f"; did you mean {hint}?" if hint else ""))
+    if len(parts) > 1 and (parts[0] != "plugins" or len(parts) > 3 or not all(parts)):
+        raise ConfigError(f"unknown config key {key!r}; only plugin settings have dotted names, "
+                          "as in plugins.<name>.<key>")
+    return parts
+
+
+def get_setting(cfg: Config | dict[str, Any], key: str) -> Any:
+    """The value of a (possibly dotted) setting; raise :class:`ConfigError` when it is unknown or unset."""
+    parts = setting_path(key)
+    value: Any = cfg.model_dump() if isinstance(cfg, Config) else cfg
+    for i, part in enumerate(parts):
+        if not isinstance(value, dict) or part not in value:
+            raise ConfigError(f"{'.'.join(parts[:i + 1])!r} is not set")
+        value = value[part]
+    return value
+
+
+def with_setting(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of ``data`` with one setting replaced (or added at the end); every other key keeps its place."""
+    parts = setting_path(key)
+    out = dict(data)
+    if len(parts) == 1:
+        out[parts[0]] = value
+        return out
+    plugins = out.get("plugins")
+    plugins = dict(plugins) if isinstance(plugins, dict) else {}
+    if len(parts) == 2:
+        plugins[parts[1]] = value
+    else:
+        section = plugins.get(parts[1])
+        section = dict(section) if isinstance(section, dict) else {}
+        section[parts[2]] = value
+        plugins[parts[1]] = section
+    out["plugins"] = plugins
+    return out
+
+
+def save_setting(path: str | Path, key: str, raw_value: str, *, environ: dict[str, str] | None = None,
+                 check=None) -> tuple[Config, bool]:
+    """Validate one changed setting, then write config.json atomically; return ``(new config, needs restart)``.
+
+    The new config is the whole file with the key replaced, validated before anything is written (and by
+    ``check(config)`` too, if given, which raises :class:`ConfigError`); environment secrets still win
+    and paths are resolved, as in :func:`load_config`. On any error nothing is written.
+    """
+    path = Path(path).expanduser().resolve()
+    parts = setting_path(key)
+    if parts[0] in SECRET_KEYS:
+        raise ConfigError(secret_refusal(parts[0]))
+    if len(raw_value) > MAX_VALUE_CHARS:
+        raise ConfigError(f"the value is {len(raw_value):,} characters long; a setting holds at most "
+                          f"{MAX_VALUE_CHARS:,}")
+    field = Config.model_fields.get(parts[0])
+    value = parse_value(raw_value, expects_text=len(parts) == 1 and field is not None and field.annotation is str)
+    # a file that cannot be read (empty, half-written, bad JSON) raises here: it is never written over
+    data = with_setting(read_file_data(path), key, value)
+    translated = translate_cowagent(data)
+    validate_data(translated)  # what is written must be valid on its own
+    cfg = resolve_paths(validate_data(apply_environment(translated, environ)), path.parent)
+    if check is not None:
+        check(cfg)
+    atomic_write_json(path, data)
+    return cfg, parts[0] in RESTART_KEYS
+
+
+def live_config(new: Config, running: Config) -> tuple[Config, list[str]]:
+    """What to put in force now: ``new`` with restart-only keys kept at their running values.
+
+    Also returns the restart-only keys whose new value waits for a restart.
+    """
+    pending = [k for k in KNOWN_KEYS if k in RESTART_KEYS and getattr(new, k) != getattr(running, k)]
+    if not pending:
+        return new, []
+    return new.model_copy(update={k: getattr(running, k) for k in pending}), pending

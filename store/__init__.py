@@ -1,0 +1,1 @@
+"""Persistence and coordination: tables, engine, migrations, locks, retention."""

@@ -1,0 +1,1 @@
+"""Summaries of dropped turns: jobs, parts, prompt, fact check."""

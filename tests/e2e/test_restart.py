@@ -1,0 +1,94 @@
+"""Restart end to end: SIGTERM and kill -9, restored turns, crash resume exactly once, dedup across restarts."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from tests.e2e.test_telegram import settings, wait_sent
+from tests.fakes.bot_process import BotProcess
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+
+@pytest.fixture
+def servers():
+    with FakeTelegramAPI() as api, FakeOpenAIServer() as llm:
+        yield api, llm
+
+
+def user_texts(body):
+    return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+def test_restart_after_sigterm_restores_turns(servers, tmp_path):
+    api, llm = servers
+    bot = BotProcess(tmp_path, **settings(api, llm)).start()
+    api.push_text(10, "my name is Ada", user_id=10)
+    wait_sent(api, 10, 1)
+    api.push_text(10, "I like tea", user_id=10)
+    wait_sent(api, 10, 2)
+    assert bot.stop() == 0
+    bot.start()
+    try:
+        api.push_text(10, "what do I like?", user_id=10)
+        wait_sent(api, 10, 3)
+        body = llm.requests[-1]
+        assert user_texts(body) == ["my name is Ada", "I like tea", "what do I like?"]
+        assert [m["content"] for m in body["messages"] if m["role"] == "assistant"] == \
+            ["echo: my name is Ada", "echo: I like tea"]
+    finally:
+        assert bot.stop() == 0
+
+
+def test_kill_9_mid_turn_is_answered_exactly_once_after_restart(servers, tmp_path):
+    api, llm = servers
+    bot = BotProcess(tmp_path, **settings(api, llm)).start()
+    api.push_text(11, "first", user_id=11)
+    wait_sent(api, 11, 1)
+    llm.latency = 30  # the model is slow: the turn is in flight when the process dies
+    api.push_text(11, "are you still there?", user_id=11)
+    llm.wait_for_requests(2, timeout=10)
+    bot.kill()
+    llm.latency = 0
+    requests_before = len(llm.requests)
+    bot.start()
+    try:
+        # answered soon after the start, without the user writing again
+        assert wait_sent(api, 11, 2, timeout=15) == ["echo: first", "echo: are you still there?"]
+        time.sleep(1.0)
+        assert len([m for m in api.sent if m["chat_id"] in (11, "11")]) == 2
+        # Telegram redelivered the unacknowledged update: deduplicated, the model was asked once more only
+        assert len(llm.requests) == requests_before + 1
+        assert user_texts(llm.requests[-1]) == ["first", "are you still there?"]
+    finally:
+        assert bot.stop() == 0
+    db = sqlite3.connect(tmp_path / "data" / "chatbot.db")
+    try:
+        rows = db.execute("SELECT role, json_extract(content, '$.content') FROM messages "
+                          "WHERE session_id = 'telegram:11' ORDER BY seq").fetchall()
+        pending = db.execute("SELECT count(*) FROM inbox WHERE status = 'pending'").fetchone()[0]
+    finally:
+        db.close()
+    assert rows == [("user", "first"), ("assistant", "echo: first"), ("user", "are you still there?"),
+                    ("assistant", "echo: are you still there?")]
+    assert pending == 0
+
+
+def test_sigterm_lets_an_in_flight_turn_finish(servers, tmp_path):
+    api, llm = servers
+    bot = BotProcess(tmp_path, **settings(api, llm)).start()
+    llm.latency = 1.5
+    api.push_text(12, "slow one", user_id=12)
+    llm.wait_for_requests(1, timeout=10)
+    assert bot.stop() == 0
+    assert [m["text"] for m in api.sent if m["chat_id"] in (12, "12")] == ["echo: slow one"]
+    llm.latency = 0
+    bot.start()
+    try:
+        time.sleep(1.5)
+        assert [m["text"] for m in api.sent if m["chat_id"] in (12, "12")] == ["echo: slow one"]
+    finally:
+        assert bot.stop() == 0
