@@ -67,7 +67,7 @@ def test_plain_lines_skip_the_parser_and_render_as_the_parser_would():
     """The shortcut for plain one-line replies gives what the parser gives, on every string it takes."""
     import random
 
-    from channels import markdown
+    from channels.telegram import markdown
 
     def parsed(text: str) -> str:
         return markdown._Renderer(text.splitlines()).blocks(
