@@ -33,12 +33,12 @@ from agent.context import (
     render_messages,
 )
 from agent.flush import flush_before_trim
-from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, reset_context
+from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
 from agent.tokens import TokenCounter, context_window, output_cap
 from agent.tools.base import ToolContext, ToolRegistry, cap_result
 from core.errors import ContextOverflowError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse
-from core.turns import CtxMessage, Turn
+from core.turns import Turn
 from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -196,15 +196,14 @@ class Agent:
 
     async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
         """Make a prepared context the session's context; move the boundary past dropped turns."""
-        state.messages = result.messages
+        state.replace(result.messages)
         if result.dropped:
             dropped: list[Turn] = result.dropped
             first = min(t.first_seq for t in dropped if t.first_seq)
             last = max(t.last_seq for t in dropped)
             new_start = next((m.seq for m in state.messages if m.seq), last + 1)
             if new_start > state.context_start_seq:
-                state.context_start_seq = new_start
-                await self.store.set_context_start(state.session_id, new_start)
+                await move_boundary(self.store, state, new_start)
             if reason is not None:
                 await self.sink.submit(state.session_id, reason, first, last)
         for action in result.actions:
@@ -212,14 +211,14 @@ class Agent:
 
     async def _persist(self, state: SessionState, message: dict[str, Any]) -> None:
         (seq,) = await self.store.append(state.session_id, [message])
-        state.messages.append(CtxMessage(seq=seq, message=message))
+        state.append(seq, message)
 
     # --- the turn ------------------------------------------------------------------------
     async def add_user_message(self, state: SessionState, text: str, inbox_id: int | None = None) -> None:
         """Store the turn's user message before any model call, and put it in the context."""
         message = {"role": "user", "content": text}
         seq = await self.store.append_user(state.session_id, message, inbox_id)
-        state.messages.append(CtxMessage(seq=seq, message=message))
+        state.append(seq, message)
 
     async def run_turn(self, state: SessionState, sink: AnswerSink | None = None,
                        reply_for: int | None = None) -> TurnResult:
@@ -258,7 +257,7 @@ class Agent:
                     await self._persist(state, message)
                 else:  # the answer and the outbox's copy of the reply in one transaction
                     seq = await self.store.append_answer(state.session_id, message, reply_for, result.text)
-                    state.messages.append(CtxMessage(seq=seq, message=message))
+                    state.append(seq, message)
                     result.kept = True
                 return result
             await self._persist(state, message)

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -74,7 +74,15 @@ class LoggingDropSink:
 
 @dataclass(eq=False)
 class SessionState:
-    """One session's in-memory context. Only the session's own task touches ``messages``."""
+    """One session's in-memory context.
+
+    Its methods are the only writers of its fields (``tests/agent/test_session_owner.py`` fails when another
+    module assigns one): appending and cutting the context, replacing it with a prepared one, moving the
+    boundary, setting the summary, resetting. What must be stored with a change is stored by this module
+    (:func:`move_boundary`, :func:`reset_context`) or by the caller before it calls the method (the agent
+    appends a message to the store, then to the state). Only the session's own task changes ``messages``;
+    the summariser sets the summary on the event loop without awaiting, so no turn sees half of it.
+    """
 
     info: SessionInfo
     messages: list[CtxMessage]
@@ -115,6 +123,58 @@ class SessionState:
         """The context grouped into turns."""
         return group_turns(self.messages)
 
+    # --- the writers ---------------------------------------------------------------------------
+    def append(self, seq: int, message: dict[str, Any]) -> None:
+        """Add a stored message (``seq``) at the end of the context."""
+        self.messages.append(CtxMessage(seq=seq, message=message))
+
+    def extend(self, stored: Iterable[StoredMessage]) -> None:
+        """Add stored messages at the end of the context, in order."""
+        self.messages.extend(CtxMessage(seq=m.seq, message=m.message) for m in stored)
+
+    def cut_after(self, user_seq: int) -> bool:
+        """Resume: make the context end at the stored user message ``user_seq``; False when it is not there."""
+        for i, m in enumerate(self.messages):
+            if m.seq == user_seq and m.message.get("role") == "user":
+                del self.messages[i + 1:]
+                return True
+        return False
+
+    def replace(self, messages: list[CtxMessage]) -> None:
+        """Make ``messages`` (a prepared or kept context) the session's context."""
+        self.messages = messages
+
+    def move_boundary(self, seq: int) -> None:
+        """The context now starts at ``seq`` (persisted by :func:`move_boundary`)."""
+        self.context_start_seq = seq
+
+    def set_summary(self, summary: str | None, turns: int, through_seq: int = 0) -> None:
+        """The injected summary (None: none) covering ``turns`` turns, made from messages through ``through_seq``."""
+        self.summary, self.summary_turns = summary, turns if summary else 0
+        self.mark_summarized(through_seq)
+
+    def mark_summarized(self, through_seq: int) -> None:
+        """Messages through ``through_seq`` are summarised (it never goes back)."""
+        self.summarized_through_seq = max(self.summarized_through_seq, through_seq)
+
+    def reset(self, last_seq: int) -> None:
+        """An empty context after ``last_seq`` and no summary (``/context clear``, ``/forget``, overflow)."""
+        self.messages = []
+        self.context_start_seq = last_seq + 1
+        self.summary, self.summary_turns = None, 0
+
+    def set_background(self, lines: list[str]) -> None:
+        """The group's background lines shown with this turn's request (empty after the turn)."""
+        self.background = lines
+
+    def touch(self, now: float) -> None:
+        """Used now (for idle eviction)."""
+        self.last_used = now
+
+    def expect_summaries(self, ready: asyncio.Future | None) -> None:
+        """The next turn waits for ``ready`` (the summaries a restore queued)."""
+        self.ready = ready
+
 
 class SessionManager:
     """Holds loaded session contexts, at most ``max_cached`` of them (least recently used evicted)."""
@@ -145,7 +205,7 @@ class SessionManager:
         state = self._states.get(info.session_id)
         if state is not None:
             self._states.move_to_end(info.session_id)
-            state.last_used = now
+            state.touch(now)
             return state
         pending = self._loading.get(info.session_id)
         if pending is not None:
@@ -217,9 +277,8 @@ class SessionManager:
                 return CompactResult(turns=0)
             keep = turns[-1]
             first, through = turns[0].first_seq, keep.first_seq - 1
-            state.messages = list(keep.messages)
-            state.context_start_seq = keep.first_seq
-            await self.store.set_context_start(sid, keep.first_seq)
+            state.replace(list(keep.messages))
+            await move_boundary(self.store, state, keep.first_seq)
             dropped = len(turns) - 1
             if not isinstance(self.sink, SummarizesNow):
                 await self.sink.submit(sid, "compact", first, through)
@@ -233,8 +292,7 @@ class SessionManager:
             # The summariser persisted the injection; make the in-memory state match the store.
             record = await self.store.get_session(sid)
             if record is not None:
-                state.summary, state.summary_turns = record.summary, record.summary_turns
-                state.summarized_through_seq = max(state.summarized_through_seq, record.summarized_through_seq)
+                state.set_summary(record.summary, record.summary_turns, record.summarized_through_seq)
         logger.info("session %s: compacted %d turns", sid, dropped)
         return CompactResult(turns=dropped, summary=summary)
 
@@ -268,10 +326,9 @@ class SessionManager:
             await self.sink.submit(info.session_id, "restore", skip_from, first_kept - 1)
         settled = getattr(self.sink, "settled", None)
         if settled is not None:  # the restore job, and jobs the last process left, before the first reply
-            state.ready = settled(info.session_id)
+            state.expect_summaries(settled(info.session_id))
         if first_kept != start:
-            await self.store.set_context_start(info.session_id, first_kept)
-            state.context_start_seq = first_kept
+            await move_boundary(self.store, state, first_kept)
         if len(window) > 1:  # not a new session holding only the message that just arrived
             logger.info("session %s restored: %d turns in context from seq %d", info.session_id,
                         len(kept), state.context_start_seq)
@@ -282,11 +339,15 @@ async def reset_context(store: ConversationStore, state: SessionState) -> None:
     """Empty the context by moving the boundary past every stored message, and reset the summary. Rows are kept."""
     record = await store.get_session(state.session_id)
     last = record.last_seq if record else max((m.seq for m in state.messages), default=0)
-    state.messages = []
-    state.context_start_seq = last + 1
-    state.summary, state.summary_turns = None, 0
+    state.reset(last)
     await store.set_context_start(state.session_id, last + 1)
     await store.set_summary(state.session_id, None)
+
+
+async def move_boundary(store: ConversationStore, state: SessionState, seq: int) -> None:
+    """Move the session's context boundary to ``seq``, in memory and in the store."""
+    state.move_boundary(seq)
+    await store.set_context_start(state.session_id, seq)
 
 
 def _stored_turns(stored: list[StoredMessage]) -> list[Turn]:

@@ -10,8 +10,7 @@ import logging
 from typing import Any
 
 from agent.loop import Agent, AnswerSink
-from agent.session import SessionManager, SessionState
-from core.turns import CtxMessage
+from agent.session import SessionManager
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks
@@ -50,8 +49,8 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
     async with state.lock:
         if item.user_message is not None:  # stored at intake
             assert item.user_seq is not None
-            if not cut_after(state, item.user_seq):
-                state.messages.append(CtxMessage(seq=item.user_seq, message=item.user_message))
+            if not state.cut_after(item.user_seq):
+                state.append(item.user_seq, item.user_message)
         elif item.user_seq is None:
             text = await hooks.before_agent(item.message, item.text)
             if text is None:
@@ -61,14 +60,13 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
             answer = await stored_answer(store, item)
             if answer is not None:
                 return answer, 0
-            if not cut_after(state, item.user_seq):
-                stored = await store.load_messages(item.info.session_id, item.user_seq, item.user_seq)
-                state.messages.extend(CtxMessage(seq=m.seq, message=m.message) for m in stored)
-        state.background = await background_lines(store, item.message, agent.config())
+            if not state.cut_after(item.user_seq):
+                state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
+        state.set_background(await background_lines(store, item.message, agent.config()))
         try:
             result = await agent.run_turn(state, sink, reply_for=item.inbox_id)
         finally:
-            state.background = []
+            state.set_background([])
     if result.kept:
         item.kept_reply = result.text
     return result.text, result.tool_calls
@@ -88,11 +86,3 @@ async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:
         return (last.get("content") or "").strip()
     return None
 
-
-def cut_after(state: SessionState, user_seq: int) -> bool:
-    """Resume: make the context end at the stored user message of the unfinished turn."""
-    for i, m in enumerate(state.messages):
-        if m.seq == user_seq and m.message.get("role") == "user":
-            del state.messages[i + 1:]
-            return True
-    return False

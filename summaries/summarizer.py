@@ -434,9 +434,7 @@ class Summarizer:
             return False
         state = self._state(job.session_id)
         if state is not None:  # plain assignments on the event loop: no await, so no running turn sees half
-            state.summary = summary
-            state.summary_turns = turns
-            state.summarized_through_seq = max(state.summarized_through_seq, job.through_seq)
+            state.set_summary(summary, turns, job.through_seq)
         await notify_written(self.on_written, job.session_id, "injected", summary, None)
         return True
 
@@ -445,12 +443,11 @@ class Summarizer:
         await self.store.set_summarized_through(job.session_id, job.through_seq)
         state = self._state(job.session_id)
         if state is not None:
-            state.summarized_through_seq = max(state.summarized_through_seq, job.through_seq)
+            state.mark_summarized(job.through_seq)
 
     async def _reset(self, job: _Job) -> None:
         """A clear job: keep the summary reset, even if a job queued before the clear injected one meanwhile."""
         await self.store.set_summary(job.session_id, None, 0, through_seq=job.through_seq)
         state = self._state(job.session_id)
         if state is not None:
-            state.summary, state.summary_turns = None, 0
-            state.summarized_through_seq = max(state.summarized_through_seq, job.through_seq)
+            state.set_summary(None, 0, job.through_seq)

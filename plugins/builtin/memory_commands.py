@@ -91,7 +91,7 @@ async def forget_command(request: CommandRequest) -> str:
     state = await services.sessions.get(request.session)
     async with state.lock:
         report = await forget_session(services.store, search.index.memory, request.session_id)
-        state.messages = []
+        state.reset(0)  # a turn already waiting for this lock holds this state: it must see nothing forgotten
         services.sessions.forget(request.session_id)
         search.forget(request.session_id)
     return report.describe()
