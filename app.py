@@ -13,15 +13,16 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
-from agent.session import SessionManager
-from agent.tokens import check_context_window, context_window
+from agent.session import LiveSessions, SessionManager
+from agent.tokens import TokenCounters, check_context_window, context_window
 from agent.tools.base import ToolRegistry
+from bootstrap.lifecycle import Lifecycle
 from bootstrap.preflight import (
     SETUP_ERROR,
     Redactor,
@@ -34,19 +35,24 @@ from bootstrap.preflight import (
     setup_logging,
     start_line,
 )
+from bootstrap.services import Services
 from channels.base import BaseChannel
-from channels.terminal import start_banner, stdin_is_terminal
+from channels.terminal import stdin_is_terminal
 from config.settings import Config, ConfigHolder, load_config
 from config.watch import ConfigWatcher
 from core.errors import ConfigError
+from dispatcher.admins import Admins
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.leader import Leadership
-from memory.daily import DailyMemory
+from memory.daily import DailyMemory, MemoryWritten
 from plugins.manager import install as install_plugins
 from store.conversations import ConversationStore
 from store.locks import locks_for
 from summaries.summarizer import Summarizer
+
+if TYPE_CHECKING:
+    from store.retention import CleanupJob
 
 logger = logging.getLogger("app")
 
@@ -56,28 +62,6 @@ TURN_GRACE_SECONDS = 10.0
 SUMMARY_GRACE_SECONDS = 10.0
 #: Several processes: seconds between two looks for summary jobs a dead process left pending.
 ORPHAN_SCAN_SECONDS = 30.0
-
-
-@dataclass
-class Services:
-    """Everything built at start, for built-in commands and plugins."""
-
-    config: ConfigHolder
-    store: ConversationStore
-    llm: Any
-    tools: ToolRegistry
-    sessions: SessionManager
-    agent: Agent
-    dispatcher: Dispatcher
-    commands: CommandRegistry
-    summarizer: Any = None
-    plugins: Any = None
-    #: the daily memory files and notes (memory.daily.DailyMemory)
-    memory: Any = None
-    #: the semantic memory index (memory.search.MemorySearch), set by the memory_index plugin
-    memory_search: Any = None
-    channels: list[BaseChannel] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def build_llm(cfg: Config):
@@ -121,11 +105,16 @@ class App:
     def __init__(self, config_path: Path) -> None:
         self.config_path = config_path
         self.services: Services | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.channels: list[BaseChannel] = []
+        self.leadership: Leadership | None = None
+        self.config_watcher: ConfigWatcher | None = None
+        self.cleanup: CleanupJob | None = None
+        #: what starts after "ready" (config watching, leadership and the cleanup, orphan adoption): stopped first
+        self.background = Lifecycle()
         self._stop = asyncio.Event()
         self._warm_ups: set[asyncio.Task] = set()
         self._warm_up_done: asyncio.Task | None = None
-        self._probe: asyncio.Task | None = None
-        self._adopt: asyncio.Task | None = None
         #: channels only the leader receives on (several processes)
         self._leader_channels: list[BaseChannel] = []
         #: masks secrets in log lines; set by main() once logging is set up
@@ -138,7 +127,7 @@ class App:
         self._stop.set()
 
     async def build(self, cfg: Config) -> Services:
-        """Create every part, in dependency order."""
+        """Create every part, in dependency order, each given what it uses when it is made."""
         holder = ConfigHolder(cfg, self.config_path)
         store = ConversationStore(cfg.database_url())
         await store.open()
@@ -146,45 +135,42 @@ class App:
         locks = locks_for(cfg.database_url())
         llm = build_llm(cfg)
         tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
-        daily = DailyMemory(cfg.data_path() / "memory", cfg.zone())
-        summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=None, daily=daily)
-        summarizer.locks = locks
-        sessions = SessionManager(store, holder, summarizer)
-        summarizer.sessions = sessions
+        written = MemoryWritten()  # what is written to memory reaches the plugins' memory_written (indexers)
+        daily = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
+        live = LiveSessions()  # the loaded contexts: the session manager fills it, the summariser injects into it
+        counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
+        summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=live, daily=daily, locks=locks,
+                                on_written=written.notify, counter=counters, window=model_window(holder))
+        sessions = SessionManager(store, holder, summarizer, live=live)
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
-                      notes=daily.long_term_notes)
-        # The summariser's requests fit the summary model's window, counted with the agent's tokenizer.
-        summarizer.counter = agent.counter
-        summarizer.window = model_window(holder)
-        commands = CommandRegistry()
-        dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands,
-                                locks=locks)
+                      notes=daily.long_term_notes, counter=counters)
+        admins = Admins(store, holder, shared=locks.shared)
+        await admins.load()
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
-                            dispatcher=dispatcher, commands=commands, summarizer=summarizer, memory=daily)
-        dispatcher.services = services
-        services.extras["locks"] = locks
-        services.extras["leadership"] = Leadership(locks)
-        await dispatcher.load_admins()
+                            commands=CommandRegistry(), admins=admins, locks=locks, memory=daily,
+                            summarizer=summarizer)
         # plugins: commands, tools and message hooks; config.json edits apply live
-        install_plugins(services)
+        plugins = install_plugins(services)
+        written.subscribe(plugins.memory_written)
+        self.dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions,
+                                     commands=services.commands, services=services, locks=locks, admins=admins,
+                                     hooks=plugins)
+        self.leadership = Leadership(locks)
         # Started after "ready"; it reads the file's digest now, so an edit made in between is still seen.
-        services.extras["config_watcher"] = ConfigWatcher(holder, self.config_path)
-        services.channels = build_channels(cfg, services, self.channel_failures)
-        for channel in services.channels:
-            dispatcher.add_channel(channel)
+        self.config_watcher = ConfigWatcher(holder, self.config_path)
+        self.channels = build_channels(cfg, services, self.channel_failures)
+        for channel in self.channels:
+            self.dispatcher.add_channel(channel)
         return services
 
     async def run(self, cfg: Config) -> int:
         """Run until every finite channel is done or a stop is requested."""
         logger.info("%s", start_line(cfg))
         services = self.services = await self.build(cfg)
+        assert self.dispatcher is not None
         if self.redact is not None:
             redact = self.redact
             services.config.on_change(lambda old, new: redact.update(new))
-        for channel in services.channels:
-            if channel.name == "terminal":
-                channel.banner = start_banner(cfg)
-                channel.history_path = cfg.data_path() / "terminal_history"
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -192,37 +178,40 @@ class App:
         if not cfg.model_configured:
             print(NO_MODEL_HINT, flush=True)
         try:
-            services.dispatcher.hold_intake()  # until resume_pending has queued the journal's unanswered ones
-            shared = services.extras["locks"].shared
-            for channel in services.channels:
-                try:
-                    if shared and channel.single_receiver:  # the leader receives (start_background)
-                        await channel.start(intake=False)  # type: ignore[call-arg]
-                        self._leader_channels.append(channel)
-                    else:
-                        await channel.start()
-                except Exception as exc:  # noqa: BLE001 - one broken channel must not stop the others
-                    logger.exception("channel %s failed to start", channel.name)
-                    channel.fail(str(exc) or type(exc).__name__)
-            if not self._no_channel_left(services):
-                await services.summarizer.start()
-                await services.dispatcher.resume_pending()
-                logger.info("ready: %s", ", ".join(c.name for c in services.channels) or "no channels")
+            self.dispatcher.hold_intake()  # until resume_pending has queued the journal's unanswered ones
+            await self._start_channels(services.locks.shared)
+            if not self._no_channel_left():
+                if services.summarizer is not None:
+                    await services.summarizer.start()
+                await self.dispatcher.resume_pending()
+                logger.info("ready: %s", ", ".join(c.name for c in self.channels) or "no channels")
                 await self.start_background(services)
-                self._probe = asyncio.create_task(self._check_model_endpoint(cfg), name="model endpoint probe")
-                await self._wait(services)
+                await self._wait()
         finally:
             await self.shutdown(services)
-        if self._no_channel_left(services):
+        if self._no_channel_left():
             return self._no_channel_error()
         return 0
 
-    def _no_channel_left(self, services: Services) -> bool:
+    async def _start_channels(self, shared: bool) -> None:
+        """Start every channel; one that fails is marked failed and the others still start."""
+        for channel in self.channels:
+            try:
+                if shared and channel.single_receiver:  # the leader receives (start_background)
+                    await channel.start(intake=False)
+                    self._leader_channels.append(channel)
+                else:
+                    await channel.start()
+            except Exception as exc:  # noqa: BLE001 - one broken channel must not stop the others
+                logger.exception("channel %s failed to start", channel.name)
+                channel.fail(str(exc) or type(exc).__name__)
+
+    def _no_channel_left(self) -> bool:
         """True when channels were configured and none of them can run (any more)."""
-        for channel in services.channels:
+        for channel in self.channels:
             if channel.failure is not None:
                 self.channel_failures.setdefault(channel.name, channel.failure)
-        return bool(self.channel_failures) and all(c.failure is not None for c in services.channels)
+        return bool(self.channel_failures) and all(c.failure is not None for c in self.channels)
 
     def _no_channel_error(self) -> int:
         """Say in one line on stderr why no channel can run; the exit status of a setup mistake."""
@@ -240,36 +229,35 @@ class App:
             logger.warning("%s", hint)
 
     async def start_background(self, services: Services) -> None:
-        """Start what receiving messages does not need, right after "ready": config watching, cleanup, warm-ups.
+        """Start what receiving messages does not need, right after "ready": config watching, the leader's
+        duties (cleanup, a single receiver's intake), orphaned summaries, the endpoint probe, warm-ups.
 
-        A first turn that needs the tokenizer before its background load is done waits for it (the tokenizer's
+        Each part is started through :attr:`background`, so :meth:`shutdown` stops exactly these, last first. A
+        first turn that needs the tokenizer before its background load is done waits for it (the tokenizer's
         lock), so deferring it cannot make the turn fail.
         """
         from store.retention import CleanupJob  # imports APScheduler, which nothing before "ready" needs
 
-        await services.extras["config_watcher"].start()
-        cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
+        assert self.leadership is not None and self.config_watcher is not None
+        watcher, leadership = self.config_watcher, self.leadership
+        await self.background.start("config watcher", watcher.start, watcher.stop)
+        cleanup = self.cleanup = CleanupJob(services.store, services.config)
         # The cleanup runs once across processes: on the leader (on SQLite, this process from the start).
-        leadership: Leadership = services.extras["leadership"]
-
-        async def lead_cleanup() -> None:
-            cleanup.start()
-
-        async def stop_cleanup() -> None:
-            cleanup.stop()
-
-        leadership.on_elected.append(lead_cleanup)
-        leadership.on_deposed.append(stop_cleanup)
+        leadership.on_elected.append(_as_async(cleanup.start))
+        leadership.on_deposed.append(_as_async(cleanup.stop))
         for channel in self._leader_channels:  # e.g. Telegram polling: one process polls
-            leadership.on_elected.append(channel.start_intake)  # type: ignore[attr-defined]
-            leadership.on_deposed.append(channel.stop_intake)  # type: ignore[attr-defined]
-        await leadership.start()
+            leadership.on_elected.append(channel.start_intake)
+            leadership.on_deposed.append(channel.stop_intake)
+        await self.background.start("leadership", leadership.start, leadership.stop)  # its stop stops the cleanup
+        await self.background.start("cleanup", None, cleanup.stop)
         services.config.on_change(lambda old, new: cleanup.reschedule())
-        if services.extras["locks"].shared:
-            self._adopt = asyncio.create_task(adopt_summary_orphans(services.summarizer), name="summary orphans")
-        cfg = services.config.current
+        if services.locks.shared and services.summarizer is not None:
+            adopt = asyncio.create_task(adopt_summary_orphans(services.summarizer), name="summary orphans")
+            await self.background.start("summary orphans", None, adopt.cancel)
+        probe = asyncio.create_task(self._check_model_endpoint(services.config.current), name="model endpoint probe")
+        await self.background.start("model endpoint probe", None, probe.cancel)
         freeze_heap()
-        self._warm_up("tokenizer", services.agent.counter, cfg.model)
+        self._warm_up("tokenizer", services.agent.counter, services.config.current.model)
         warm_ups = list(self._warm_ups)
 
         async def freeze_when_warm() -> None:
@@ -290,63 +278,59 @@ class App:
         self._warm_ups.add(task)
         task.add_done_callback(self._warm_ups.discard)
 
-    async def _wait(self, services: Services) -> None:
+    async def _wait(self) -> None:
         stop = asyncio.create_task(self._stop.wait())
         waits = [stop]
-        if services.channels and all(c.finite for c in services.channels):
-            waits.append(asyncio.create_task(self._finite_done(services)))
-        if services.channels:
+        if self.channels and all(c.finite for c in self.channels):
+            waits.append(asyncio.create_task(self._finite_done()))
+        if self.channels:
             # every channel failed for good (WeChat's login, say): nothing can arrive any more
-            waits.append(asyncio.create_task(self._all_failed(services)))
+            waits.append(asyncio.create_task(self._all_failed()))
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for task in waits:
             task.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
 
-    @staticmethod
-    async def _all_failed(services: Services) -> None:
-        for channel in services.channels:
+    async def _all_failed(self) -> None:
+        for channel in self.channels:
             await channel.failed.wait()
 
-    async def _finite_done(self, services: Services) -> None:
-        await asyncio.gather(*(c.wait_closed() for c in services.channels))
-        await services.dispatcher.wait_idle()
+    async def _finite_done(self) -> None:
+        assert self.dispatcher is not None
+        await asyncio.gather(*(c.wait_closed() for c in self.channels))
+        await self.dispatcher.wait_idle()
 
     async def shutdown(self, services: Services) -> None:
-        """Stop in order: intake, in-flight turns, background jobs, channels, database."""
+        """Stop in order: the background parts (last started first), in-flight turns, channels, summaries, the
+        model client, locks, database."""
         logger.info("stopping")
-        if self._probe is not None:
-            self._probe.cancel()
-        if self._adopt is not None:
-            self._adopt.cancel()
-        leadership = services.extras.get("leadership")
-        if leadership is not None:
-            await leadership.stop()  # stops the cleanup when this process led
-        cleanup = services.extras.get("cleanup")
-        if cleanup is not None:
-            cleanup.stop()
-        await services.dispatcher.drain(TURN_GRACE_SECONDS)
-        watcher = services.extras.get("config_watcher")
-        if watcher is not None:
-            await watcher.stop()
-        for channel in reversed(services.channels):
+        await self.background.stop()
+        assert self.dispatcher is not None
+        await self.dispatcher.drain(TURN_GRACE_SECONDS)
+        for channel in reversed(self.channels):
             try:
                 await channel.stop()
             except Exception:  # noqa: BLE001
                 logger.exception("channel %s failed to stop", channel.name)
-        await services.dispatcher.flush_intake()
-        await services.summarizer.drain(SUMMARY_GRACE_SECONDS)
-        close = getattr(services.llm, "close", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
-        if cleanup is not None:
-            await cleanup.wait_stopped(2.0)
-        locks = services.extras.get("locks")
-        if locks is not None:
-            await locks.close()
+        await self.dispatcher.flush_intake()
+        if services.summarizer is not None:
+            await services.summarizer.drain(SUMMARY_GRACE_SECONDS)
+        with contextlib.suppress(Exception):
+            await services.llm.close()
+        if self.cleanup is not None:
+            await self.cleanup.wait_stopped(2.0)
+        await services.locks.close()
         await services.store.close()
         logger.info("stopped")
+
+
+def _as_async(func: Callable[[], object]) -> Callable[[], Awaitable[None]]:
+    """``func`` as a coroutine function (leadership's duties are awaited)."""
+
+    async def call() -> None:
+        func()
+
+    return call
 
 
 async def adopt_summary_orphans(summarizer: Summarizer) -> None:

@@ -34,10 +34,10 @@ from agent.context import (
 )
 from agent.flush import flush_before_trim
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
-from agent.tokens import TokenCounter, context_window, output_cap
+from agent.tokens import TokenCounter, TokenCounters, context_window, output_cap
 from agent.tools.base import ToolContext, ToolRegistry, cap_result
 from core.errors import ContextOverflowError, TransientLLMError
-from core.llm import BaseLLM, LLMResponse
+from core.llm import BaseLLM, LLMResponse, StreamingLLM
 from core.turns import Turn
 from store.conversations import ConversationStore
 
@@ -128,6 +128,7 @@ class Agent:
         config: Callable[[], Any],
         sink: DropSink,
         notes: Callable[[str], str | None] | None = None,
+        counter: Callable[[str], TokenCounter] | None = None,
     ) -> None:
         self.llm = llm
         self.tools = tools
@@ -137,20 +138,14 @@ class Agent:
         self.notes = notes
         #: seconds a turn's model calls may take in all (tests shorten it)
         self.turn_deadline = TURN_DEADLINE
-        self._counters: dict[str, TokenCounter] = {}
+        #: ``counter(model)``: the token counter for a model (shared with the summariser in the app)
+        self.counter = counter or TokenCounters()
         #: how long the first turn after a restore waits for the summary of the skipped turns
         self.first_reply_wait = FIRST_REPLY_WAIT_SECONDS
         self._prompt_tokens: dict[tuple[str, str], int] = {}
         self._tool_tokens: dict[str, int] = {}
 
     # --- helpers -------------------------------------------------------------------------
-    def counter(self, model: str) -> TokenCounter:
-        """The token counter for a model (one per model name)."""
-        counter = self._counters.get(model)
-        if counter is None:
-            counter = self._counters[model] = TokenCounter(model)
-        return counter
-
     def system_prompt(self, state: SessionState) -> str:
         """The persona plus the session's long-term notes (MEMORY.md), if any."""
         prompt = self.config().character_desc
@@ -366,8 +361,7 @@ class Agent:
     async def _complete(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call: streamed into the turn's sink when there is one and the client can stream."""
         sink = _ANSWER_SINK.get()
-        stream = getattr(self.llm, "stream", None)
-        if sink is None or stream is None:
+        if sink is None or not isinstance(self.llm, StreamingLLM):
             return await self.llm.complete(messages, tools=tools, model=model, max_tokens=max_tokens)
         shown: list[str] = []
 
@@ -376,7 +370,7 @@ class Agent:
             await sink.text(piece)
 
         try:
-            response = await stream(messages, tools=tools, model=model, max_tokens=max_tokens, on_text=on_text)
+            response = await self.llm.stream(messages, tools=tools, model=model, max_tokens=max_tokens, on_text=on_text)
         except Exception as exc:
             if not shown or isinstance(exc, ContextOverflowError):
                 raise
@@ -395,7 +389,5 @@ class Agent:
         A cleared context starts empty (DESIGN §2.3 step 4): summaries queued before now, such as the
         overflow job, go to memory only, as after ``/context clear``.
         """
-        note_cleared = getattr(self.sink, "note_cleared", None)
-        if note_cleared is not None:
-            note_cleared(state.session_id)  # before any await: a summary finishing meanwhile must not inject
+        self.sink.note_cleared(state.session_id)  # before any await: a summary finishing meanwhile must not inject
         await reset_context(self.store, state)

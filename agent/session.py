@@ -55,6 +55,14 @@ class DropSink(Protocol):
         in the background: this must return quickly)."""
         ...
 
+    def note_cleared(self, session_id: str) -> None:
+        """The session's context was just cleared: summaries queued before now go to memory only."""
+        ...
+
+    def settled(self, session_id: str) -> asyncio.Future | None:
+        """Done when the session's jobs queued so far have finished; None when none is queued."""
+        ...
+
 
 #: Contexts idle this long are dropped from memory. Far below the shortest retention (1 day), so the
 #: cleanup job never deletes a session whose context is still held here.
@@ -70,6 +78,22 @@ class LoggingDropSink:
     async def submit(self, session_id: str, reason: str, from_seq: int, through_seq: int) -> None:
         """Log the drop."""
         logger.info("session %s: messages %d-%d left the context (%s)", session_id, from_seq, through_seq, reason)
+
+    def note_cleared(self, session_id: str) -> None:
+        """Nothing is queued, so nothing to hold back."""
+
+    def settled(self, session_id: str) -> asyncio.Future | None:
+        """Nothing is ever queued."""
+        return None
+
+
+class LiveSessions(OrderedDict[str, "SessionState"]):
+    """The loaded session contexts, least recently used first: the :class:`SessionManager` loads and evicts them,
+    and the summariser finds a session's live state here to inject a summary into it."""
+
+    def peek(self, session_id: str) -> SessionState | None:
+        """The loaded state, if any, without loading."""
+        return self.get(session_id)
 
 
 @dataclass(eq=False)
@@ -180,14 +204,15 @@ class SessionManager:
     """Holds loaded session contexts, at most ``max_cached`` of them (least recently used evicted)."""
 
     def __init__(self, store: ConversationStore, config: Callable[[], Any], sink: DropSink,
-                 max_cached: int = 2000, max_idle: float = IDLE_EVICT_SECONDS) -> None:
+                 max_cached: int = 2000, max_idle: float = IDLE_EVICT_SECONDS,
+                 live: LiveSessions | None = None) -> None:
         self.store = store
         self.config = config
         self.sink = sink
         self.max_cached = max_cached
         self.max_idle = max_idle
         self._last_sweep = time.monotonic()
-        self._states: OrderedDict[str, SessionState] = OrderedDict()
+        self._states = live if live is not None else LiveSessions()
         self._loading: dict[str, asyncio.Future] = {}
 
     def __contains__(self, session_id: str) -> bool:
@@ -324,9 +349,8 @@ class SessionManager:
         skip_from = max(start, record.summarized_through_seq + 1)
         if skip_from < first_kept:
             await self.sink.submit(info.session_id, "restore", skip_from, first_kept - 1)
-        settled = getattr(self.sink, "settled", None)
-        if settled is not None:  # the restore job, and jobs the last process left, before the first reply
-            state.expect_summaries(settled(info.session_id))
+        # the restore job, and jobs the last process left, before the first reply
+        state.expect_summaries(self.sink.settled(info.session_id))
         if first_kept != start:
             await move_boundary(self.store, state, first_kept)
         if len(window) > 1:  # not a new session holding only the message that just arrived

@@ -292,3 +292,16 @@ def check_context_window(model: str, configured: int = 0) -> str | None:
         return (f"model {model!r} has a context window of {window} tokens (under {WARN_CONTEXT_WINDOW}): "
                 f"conversations will be trimmed and summarised often")
     return None
+
+
+class TokenCounters:
+    """One :class:`TokenCounter` per model name, made on first use (the agent and the summariser share one)."""
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, TokenCounter] = {}
+
+    def __call__(self, model: str) -> TokenCounter:
+        counter = self._by_model.get(model)
+        if counter is None:
+            counter = self._by_model[model] = TokenCounter(model)
+        return counter

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.loop import Agent  # noqa: E402
-from agent.session import SessionManager  # noqa: E402
+from agent.session import LiveSessions, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from config.settings import Config, ConfigHolder  # noqa: E402
 from memory.daily import DailyMemory  # noqa: E402
@@ -48,10 +48,10 @@ async def run(folder: Path) -> tuple[list[float], list[float], int]:
     config = ConfigHolder(Config(data_dir=str(folder), timezone="UTC", agent_max_context_turns=4))
     store = ConversationStore(config().database_url())
     await store.open()
-    summarizer = CountingSummarizer(store=store, llm=FakeLLM(latency=LATENCY), config=config, sessions=None,
+    live = LiveSessions()
+    summarizer = CountingSummarizer(store=store, llm=FakeLLM(latency=LATENCY), config=config, sessions=live,
                                     daily=DailyMemory(folder / "memory", config().zone()))
-    sessions = SessionManager(store, config, summarizer)
-    summarizer.sessions = sessions
+    sessions = SessionManager(store, config, summarizer, live=live)
     agent = Agent(llm=FakeLLM(latency=LATENCY), tools=ToolRegistry(), store=store, config=config, sink=summarizer)
     trim: list[float] = []
     plain: list[float] = []

@@ -105,8 +105,19 @@ class BaseChannel(ABC):
     answered_anywhere: bool = False
 
     @abstractmethod
-    async def start(self) -> None:
-        """Connect and start receiving messages. Returns once receiving runs in the background."""
+    async def start(self, intake: bool = True) -> None:
+        """Connect and start receiving messages. Returns once receiving runs in the background.
+
+        With ``intake`` False (a :attr:`single_receiver` channel among several processes), connect only:
+        receiving starts at :meth:`start_intake`.
+        """
+
+    async def start_intake(self) -> bool:
+        """Start receiving after ``start(intake=False)``; True when it runs. Only single receivers need it."""
+        return True
+
+    async def stop_intake(self) -> None:  # noqa: B027 - a default that does nothing, not an abstract method
+        """Stop receiving; sending goes on. Only single receivers need it."""
 
     @abstractmethod
     async def stop(self) -> None:

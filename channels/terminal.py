@@ -85,7 +85,7 @@ class TerminalChannel(BaseChannel):
         """The terminal ends at EOF (Ctrl-D)."""
         return True
 
-    async def start(self) -> None:
+    async def start(self, intake: bool = True) -> None:
         """Start reading lines in the background."""
         loop = self._interactive_loop() if self._interactive else self._piped_loop()
         self._task = asyncio.create_task(loop, name="terminal-reader")

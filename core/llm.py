@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +76,16 @@ class BaseLLM(Protocol):
         """
         ...
 
+    async def close(self) -> None:
+        """Release the client's connections (at stop)."""
+        ...
+
 
 #: Called with each new piece of visible answer text while a reply streams.
 TextCallback = Callable[[str], Awaitable[None]]
 
 
+@runtime_checkable
 class StreamingLLM(BaseLLM, Protocol):
     """A model client that can also stream: the answer arrives piece by piece, then as a whole."""
 

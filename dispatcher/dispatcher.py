@@ -30,6 +30,7 @@ from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
 from core.workers import KeyedWorkers
+from dispatcher.admins import Admins
 from dispatcher.background import GroupBackground
 from dispatcher.claims import Poke, SessionClaims, session_lock
 from dispatcher.commands import CommandRegistry
@@ -68,6 +69,8 @@ class Dispatcher:
         commands: CommandRegistry | None = None,
         services: Any = None,
         locks: Locks | None = None,
+        admins: Admins | None = None,
+        hooks: MessageHooks | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -78,9 +81,9 @@ class Dispatcher:
         #: who answers a session when several processes share the database (store/locks.py)
         self.locks: Locks = locks or LocalLocks()
         self.claims = SessionClaims(self)
-        self.hooks = MessageHooks()
+        self.hooks = hooks or MessageHooks()
         self.channels: dict[str, BaseChannel] = {}
-        self.admin_grants: set[str] = set()
+        self.admins = admins or Admins(store, config, shared=self.locks.shared)
         # The slot bounds the turns' work (model calls, tools), not the delivery of their replies: a send
         # waits on the channel's own connection pool and rate limits. So _process takes it itself.
         self._workers: KeyedWorkers[WorkItem | Poke] = KeyedWorkers(
@@ -110,24 +113,6 @@ class Dispatcher:
         channel.set_handler(self.handle, submit=self.submit)
         channel.intake_settled = self.intake_settled
 
-    async def load_admins(self) -> None:
-        """Load the admins granted through /auth."""
-        self.admin_grants = await self.store.admin_grants()
-
-    def is_admin(self, msg: IncomingMessage) -> bool:
-        """Admins: the terminal user, ``admin_users`` entries, and /auth grants."""
-        if msg.channel == "terminal":
-            return True
-        key = f"{msg.channel}:{msg.user_id}"
-        return key in self.config().admin_users or key in self.admin_grants
-
-    async def _is_admin_now(self, msg: IncomingMessage) -> bool:
-        """:meth:`is_admin`; with other processes, a user not known as admin here is looked up again (an
-        /auth answered by another process granted it in the database)."""
-        if not self.is_admin(msg) and self.shared:
-            await self.load_admins()
-        return self.is_admin(msg)
-
     @property
     def busy(self) -> bool:
         """True while any session has queued or running work."""
@@ -146,7 +131,8 @@ class Dispatcher:
     def claimed(self, channel: str) -> bool:
         """True when the channel's messages are answered through claims (several processes, and a channel
         any of them can reply through)."""
-        return self.shared and getattr(self.channels.get(channel), "answered_anywhere", False)
+        found = self.channels.get(channel)
+        return self.shared and found is not None and found.answered_anywhere
 
     def session_busy(self, session_id: str) -> bool:
         """True while the session has queued or running work here."""
@@ -426,7 +412,7 @@ class Dispatcher:
                 typing = asyncio.create_task(keep_typing(channel, item.message, streamed))
                 if item.command is not None:
                     outcome = f"command /{item.command.command}"
-                    reply = await run_command(self.commands, item, await self._is_admin_now(item.message),
+                    reply = await run_command(self.commands, item, await self.admins.is_admin_now(item.message),
                                               self.services)
                 elif item.message.content_type != "text":
                     outcome, reply = "non-text", TEXT_ONLY_REPLY

@@ -145,6 +145,23 @@ async def notify_written(on_written: OnWritten | None, session_id: str, kind: st
         logger.exception("memory_written listener failed for session %s (%s)", session_id, kind)
 
 
+class MemoryWritten:
+    """The one place writes to memory are announced: the daily files, notes and the summariser are made with
+    :meth:`notify` as their ``on_written``; listeners (the plugins' ``memory_written``) subscribe later."""
+
+    def __init__(self) -> None:
+        self._listeners: list[OnWritten] = []
+
+    def subscribe(self, listener: OnWritten) -> None:
+        """Tell ``listener`` about every later write."""
+        self._listeners.append(listener)
+
+    async def notify(self, session_id: str, kind: str, text: str, path: Path | None) -> None:
+        """Tell every listener; one that fails is logged, and the write stands."""
+        for listener in self._listeners:
+            await notify_written(listener, session_id, kind, text, path)
+
+
 MAX_CACHED_DIRS = 4096
 
 

@@ -11,6 +11,7 @@ All statements run through ``store.run(fn)``: one sync SQLAlchemy connection fun
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Iterable
@@ -134,6 +135,10 @@ class MemoryIndex:
         self.store = store
         self.embedder = embedder
         self.memory = memory
+        #: what ``embedder`` was built from (model setting, endpoint, key), to rebuild it when they change
+        self.embedder_settings: tuple[str, ...] | None = None
+        #: indexing running in the background (:meth:`add` of what was just written)
+        self.pending: set[asyncio.Task] = set()
 
     @property
     def model_name(self) -> str:

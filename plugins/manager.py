@@ -38,6 +38,7 @@ import pluggy
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agent.tools.base import Tool, bind_services
+from bootstrap.services import Services
 from core.messages import IncomingMessage
 from dispatcher.commands import Command, CommandRequest
 from plugins import hookspecs
@@ -117,10 +118,10 @@ async def _maybe_await(value: Any) -> Any:
 class PluginManager:
     """Finds plugins, registers their commands and tools, and runs their message hooks.
 
-    It implements the dispatcher's ``MessageHooks``: wire it with ``dispatcher.hooks = manager``.
+    It implements the dispatcher's ``MessageHooks``: the app hands it to the dispatcher it makes.
     """
 
-    def __init__(self, services: Any, *, directory: Path | None = PLUGINS_DIR,
+    def __init__(self, services: Services, *, directory: Path | None = PLUGINS_DIR,
                  builtins: Iterable[str] = BUILTIN_PLUGINS, extra: Iterable[Any] = (),
                  entry_point_group: str | None = ENTRY_POINT_GROUP) -> None:
         self.services = services
@@ -135,9 +136,7 @@ class PluginManager:
         self._modules: dict[str, ModuleType | None] = {}
         self._commands: dict[str, str] = {}  # command name -> plugin that registered it
         self._tools: dict[str, str] = {}  # tool name -> plugin
-        holder = getattr(services, "config", None)
-        if hasattr(holder, "on_change"):
-            holder.on_change(self._config_changed)
+        services.config.on_change(self._config_changed)
 
     # --- discovery -----------------------------------------------------------------------
     @staticmethod
@@ -383,14 +382,10 @@ class PluginManager:
 
 
 
-def install(services: Any, **kwargs: Any) -> PluginManager:
-    """Create the plugin manager, load the plugins and wire the dispatcher's hooks to it."""
+def install(services: Services, **kwargs: Any) -> PluginManager:
+    """Create the plugin manager and load the plugins. The caller hands it to the dispatcher as its message
+    hooks, and subscribes its ``memory_written`` to what is written to memory."""
     manager = PluginManager(services, **kwargs)
     services.plugins = manager
     manager.load()
-    services.dispatcher.hooks = manager
-    # what is written to memory reaches the plugins' memory_written (indexers)
-    for writer in (getattr(services, "memory", None), getattr(services, "summarizer", None)):
-        if writer is not None:
-            writer.on_written = manager.memory_written
     return manager

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from core.errors import AuthLLMError, ContextOverflowError, NotConfiguredError
 from core.llm import BaseLLM
@@ -78,6 +78,23 @@ ROLLING_MAX_TOKENS = 4_000
 ORPHAN_AGE = 60.0
 #: Several processes: how often a job waits to retry its session's summary lock held elsewhere (seconds).
 LOCK_RETRY_SECONDS = 0.5
+
+
+class LiveState(Protocol):
+    """A loaded session context, as the summariser updates it (agent.session.SessionState)."""
+
+    summary: str | None
+    summary_turns: int
+
+    def set_summary(self, summary: str | None, turns: int, through_seq: int = 0) -> None: ...
+
+    def mark_summarized(self, through_seq: int) -> None: ...
+
+
+class LiveStates(Protocol):
+    """The loaded session contexts (agent.session.LiveSessions)."""
+
+    def peek(self, session_id: str) -> LiveState | None: ...
 
 
 @dataclass(eq=False)
@@ -126,18 +143,19 @@ class Summarizer:
         store: ConversationStore,
         llm: BaseLLM,
         config: Callable[[], Any],
-        sessions: Any | None,
+        sessions: LiveStates | None,
         daily: DailyMemory,
         retry_delays: tuple[float, ...] = (1.0, 4.0),
         concurrency: int = 4,
         on_written: OnWritten | None = None,
         counter: Callable[[str], Callable[[str], int]] | None = None,
         window: Callable[[str], int] | None = None,
+        locks: Locks | None = None,
     ) -> None:
         self.store = store
         self.llm = llm
         self.config = config
-        #: the SessionManager whose live states get the injection; may be set after construction
+        #: the loaded session contexts, which get the injection live (agent.session.LiveSessions)
         self.sessions = sessions
         self.daily = daily
         #: told when a summary becomes a session's injected summary (kind "injected"); may be set later
@@ -155,7 +173,7 @@ class Summarizer:
         self._workers: KeyedWorkers[_Job] = KeyedWorkers(self._run_queued, concurrency=concurrency, name="summary")
         #: several processes (DESIGN §10): a session's jobs run under the lock ``summary:<id>``, and each
         #: job once, by whichever process takes it first
-        self.locks: Locks = LocalLocks()
+        self.locks: Locks = locks or LocalLocks()
         self._queued: set[int] = set()
         self._clears: dict[str, int] = {}
         #: jobs cancelled by drain(): they run first when their session gets a new job, or at start()
@@ -410,7 +428,7 @@ class Summarizer:
         raise AssertionError("unreachable")
 
     # --- injection ---------------------------------------------------------------------------
-    def _state(self, session_id: str) -> Any | None:
+    def _state(self, session_id: str) -> LiveState | None:
         return self.sessions.peek(session_id) if self.sessions is not None else None
 
     def _current_summary(self, record: SessionRecord) -> tuple[str | None, int]:

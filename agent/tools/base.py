@@ -16,7 +16,13 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # tools stay importable on their own
+    from bootstrap.services import Services
+    from config.settings import Config
+    from memory.daily import DailyMemory
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -29,22 +35,22 @@ class ToolContext:
     """What a tool may know about the call: whose session, the settings in force, and the services."""
 
     session_id: str
-    config: Any  # config.Config; typed loosely to keep tools importable on their own
+    config: Config
     data_dir: Path = field(default_factory=Path)
-    #: the application's parts (``app.Services``), or None outside the app
-    services: Any = None
-    #: the conversation store (``store.conversations.ConversationStore``), or None
-    store: Any = None
-    #: the daily memory files (``memory.daily.DailyMemory``), or None
-    memory: Any = None
+    #: the application's parts, or None outside the app
+    services: Services | None = None
+    #: the conversation store, or None
+    store: ConversationStore | None = None
+    #: the daily memory files, or None
+    memory: DailyMemory | None = None
 
-    def with_services(self, services: Any) -> ToolContext:
+    def with_services(self, services: Services | None) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""
         if services is None or self.services is services:
             return self
         return replace(self, services=services,
-                       store=self.store if self.store is not None else getattr(services, "store", None),
-                       memory=self.memory if self.memory is not None else getattr(services, "memory", None))
+                       store=self.store if self.store is not None else services.store,
+                       memory=self.memory if self.memory is not None else services.memory)
 
 
 ToolFunction = Callable[..., Awaitable[str] | str]

@@ -23,7 +23,7 @@ def _memory(ctx: ToolContext) -> DailyMemory:
 
 def _searcher(ctx: ToolContext) -> MemorySearch | None:
     """The app's memory index, when the memory_index plugin runs (else memory_search scans the files)."""
-    return getattr(ctx.services, "memory_search", None)
+    return ctx.services.memory_search if ctx.services is not None else None
 
 
 @tool

@@ -172,7 +172,7 @@ class TelegramChannel(BaseChannel):
         self.bot = bot
         self.bot_id = bot.id
         self.bot_username = bot.username or ""
-        commands = getattr(self.services, "commands", None)
+        commands = self.services.commands if self.services is not None else None
         if commands is not None:
             try:
                 await bot.set_my_commands(menu_commands(commands))

@@ -125,7 +125,7 @@ class WeChatChannel(BaseChannel):
         return self._logged_in.is_set()
 
     # --- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, intake: bool = True) -> None:
         """Start the itchat thread (login, then receiving) and return at once."""
         if self._thread is not None:
             return

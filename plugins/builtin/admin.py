@@ -11,18 +11,17 @@ import hmac
 import json
 import logging
 import math
-import time
-from collections import deque
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bootstrap.services import Services
 
 from config.settings import (
     KNOWN_KEYS,
     RESTART_KEYS,
     SECRET_KEYS,
     Config,
-    atomic_write_json,
     get_setting,
     live_config,
     load_config,
@@ -31,6 +30,7 @@ from config.settings import (
     setting_path,
 )
 from core.errors import ConfigError
+from dispatcher.admins import LOCKOUT_SECONDS
 from dispatcher.commands import CommandRequest
 from plugins.hookspecs import hookimpl
 
@@ -38,9 +38,6 @@ logger = logging.getLogger(__name__)
 
 #: Longest value shown in the /config listing; /config <key> shows it whole.
 LIST_VALUE_CHARS = 60
-MAX_FAILURES = 5
-FAILURE_WINDOW = 600.0
-LOCKOUT_SECONDS = 600.0
 
 
 @hookimpl
@@ -125,9 +122,9 @@ async def set_setting(request: CommandRequest, key: str, raw: str) -> str:
     return f"Set {key} = {value}."
 
 
-def _plugin_check(services: Any, parts: list[str]) -> Callable[[Any], None] | None:
+def _plugin_check(services: Services, parts: list[str]) -> Callable[[Any], None] | None:
     """For plugin settings: validate them with the plugin's own model before anything is written."""
-    manager = getattr(services, "plugins", None)
+    manager = services.plugins
     if parts[0] != "plugins" or manager is None:
         return None
 
@@ -153,91 +150,6 @@ def _sentence(text: str) -> str:
 
 
 # --- /auth --------------------------------------------------------------------------------------------
-class AuthGuard:
-    """Counts wrong passwords per user: after 5 within 10 minutes, that user is locked out for 10 minutes.
-
-    With a ``path``, failures and lockouts are kept in a small JSON file (owner-only), so a restart does
-    not reset them: a lockout that a restart lifts only slows guessing down by a restart. A file beside
-    the database rather than a table: the state is a few lines, only /auth reads it, and it needs no
-    migration (processes sharing one PostgreSQL each keep their own, a looser but still bounded limit).
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.time, path: Path | None = None) -> None:
-        self.clock = clock
-        self.path = path
-        self._failures: dict[str, deque[float]] = {}
-        self._locked_until: dict[str, float] = {}
-        self._load()
-
-    def locked_for(self, user_key: str) -> float:
-        """Seconds the user is still locked out (0 when not)."""
-        until = self._locked_until.get(user_key)
-        if until is None:
-            return 0.0
-        left = until - self.clock()
-        if left <= 0:
-            del self._locked_until[user_key]
-            self._save()
-            return 0.0
-        return left
-
-    def fail(self, user_key: str) -> bool:
-        """Count a wrong password; True when this locks the user out."""
-        now = self.clock()
-        failures = self._failures.setdefault(user_key, deque())
-        failures.append(now)
-        while failures and failures[0] <= now - FAILURE_WINDOW:
-            failures.popleft()
-        locked = len(failures) >= MAX_FAILURES
-        if locked:
-            self._locked_until[user_key] = now + LOCKOUT_SECONDS
-            del self._failures[user_key]
-        self._save()
-        return locked
-
-    def succeed(self, user_key: str) -> None:
-        """Forget the user's failures."""
-        if self._failures.pop(user_key, None) is not None:
-            self._save()
-
-    def _load(self) -> None:
-        if self.path is None:
-            return
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            now = self.clock()
-            self._locked_until = {str(k): float(v) for k, v in data.get("locked_until", {}).items() if v > now}
-            self._failures = {str(k): deque(float(t) for t in v if t > now - FAILURE_WINDOW)
-                              for k, v in data.get("failures", {}).items()}
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            logger.warning("/auth: cannot read %s (%s); starting with no lockouts", self.path, exc)
-
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        data = {"locked_until": self._locked_until,
-                "failures": {k: list(v) for k, v in self._failures.items() if v}}
-        try:
-            atomic_write_json(self.path, data)  # mkstemp: created owner-only
-        except OSError as exc:
-            logger.warning("/auth: cannot save lockouts to %s: %s", self.path, exc.strerror or exc)
-
-
-#: The file under data_dir that keeps /auth failures and lockouts across restarts.
-LOCKOUT_FILE = "auth_lockouts.json"
-
-
-def auth_guard(services: Any) -> AuthGuard:
-    """The app's guard (kept in ``services.extras``, so a plugin reload does not reset a lockout)."""
-    guard = services.extras.get("auth_guard")
-    if guard is None:
-        path = services.config().data_path() / LOCKOUT_FILE
-        guard = services.extras["auth_guard"] = AuthGuard(path=path)
-    return guard
-
-
 def _minutes(seconds: float) -> str:
     n = max(1, math.ceil(seconds / 60))
     return "1 minute" if n == 1 else f"{n} minutes"
@@ -253,7 +165,7 @@ async def auth_command(request: CommandRequest) -> str:
     if not given:
         return "Usage: /auth <password>"
     user = request.user_key
-    guard = auth_guard(services)
+    guard = services.admins.guard
     left = guard.locked_for(user)
     if left:
         return f"Too many wrong passwords. Try again in {_minutes(left)}."
@@ -266,7 +178,6 @@ async def auth_command(request: CommandRequest) -> str:
     guard.succeed(user)
     if request.is_admin:
         return "You are already an admin."
-    await services.store.grant_admin(user)
-    services.dispatcher.admin_grants.add(user)
+    await services.admins.grant(user)
     logger.info("/auth: %s is now an admin", user)
     return "You are now an admin."

@@ -94,8 +94,7 @@ async def context_command(request: CommandRequest) -> str:
 
 def last_check(services, session_id: str) -> str | None:
     """The summary check of the session's last summary since start, as one line; None if there was none."""
-    summarizer = getattr(services, "summarizer", None)
-    checked = getattr(summarizer, "checks", {}).get(session_id)
+    checked = services.summarizer.checks.get(session_id) if services.summarizer is not None else None
     if checked is None:
         return None
     if not checked.total:

@@ -20,10 +20,6 @@ from plugins.hookspecs import hookimpl
 
 logger = logging.getLogger(__name__)
 
-_EMBEDDER_KEY = "memory_embedder_settings"
-_TASKS_KEY = "memory_index_tasks"
-
-
 def embedding_settings(cfg: Any) -> tuple[str, str, str]:
     """What the embedder depends on: the model setting, the endpoint and its key."""
     return cfg.memory_embedding_model, cfg.open_ai_api_base, cfg.open_ai_api_key
@@ -37,10 +33,10 @@ def searcher(services: Any) -> MemorySearch:
         memory = DailyMemory(cfg.data_path() / "memory", cfg.zone())
         found = services.memory_search = MemorySearch(MemoryIndex(services.store, None, memory))
     settings = embedding_settings(cfg)
-    if services.extras.get(_EMBEDDER_KEY) != settings:
+    if found.index.embedder_settings != settings:
         model, base_url, api_key = settings
         found.index.embedder = build_embedder(model, base_url=base_url, api_key=api_key)
-        services.extras[_EMBEDDER_KEY] = settings
+        found.index.embedder_settings = settings
         logger.info("semantic memory: embedding model %s", found.index.model_name or "off (keywords only)")
     return found
 
@@ -62,7 +58,7 @@ def memory_written(session_id, kind, text, path, services) -> None:
         return
     task = asyncio.create_task(index_written(session_id, kind, text, path, services),
                                name=f"memory index {session_id}")
-    tasks: set[asyncio.Task] = services.extras.setdefault(_TASKS_KEY, set())
+    tasks = searcher(services).index.pending
     tasks.add(task)
     task.add_done_callback(_indexed)
     task.add_done_callback(tasks.discard)
@@ -79,7 +75,7 @@ async def index_written(session_id: str, kind: str, text: str, path: Any, servic
 
 async def wait_indexed(services: Any) -> None:
     """Wait until every background indexing started so far is done (tests, shutdown)."""
-    tasks = services.extras.get(_TASKS_KEY)
+    tasks = services.memory_search.index.pending if services.memory_search is not None else None
     if tasks:
         await asyncio.gather(*set(tasks), return_exceptions=True)
 

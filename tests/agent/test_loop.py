@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.loop import CLEARED_REPLY, FINAL_ANSWER_PROMPT, STREAM_BROKEN_NOTE, Agent
-from agent.session import SessionManager
+from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry, tool
 from config.settings import Config, ConfigHolder
 from core.errors import ContextOverflowError, TransientLLMError
@@ -15,7 +15,7 @@ from tests.fakes.fake_llm import FakeLLM
 INFO = SessionInfo(session_id="terminal:local", channel="terminal", chat_id="local", user_id="local")
 
 
-class Sink:
+class Sink(LoggingDropSink):
     """Records drops."""
 
     def __init__(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.session import CompactResult, SessionManager
+from agent.session import CompactResult, LoggingDropSink, SessionManager
 from config.settings import Config, ConfigHolder
 from core.records import SessionInfo
 
@@ -14,7 +14,7 @@ B = SessionInfo(session_id="telegram:2", channel="telegram", chat_id="2", user_i
 CALL = [{"id": "c1", "type": "function", "function": {"name": "web_fetch", "arguments": "{}"}}]
 
 
-class Sink:
+class Sink(LoggingDropSink):
     """Records what leaves the context; summarises now to a fixed text."""
 
     def __init__(self) -> None:

@@ -30,7 +30,7 @@ class IRCChannel(BaseChannel):
         super().__init__()
         self.config, self.services = config, services
 
-    async def start(self):
+    async def start(self, intake=True):
         pass
 
     async def stop(self):

@@ -160,9 +160,9 @@ async def test_an_admin_granted_by_another_process_is_an_admin_here(pg_url, tmp_
     sent: list = []
     async with Process(tmp_path / "a", pg_url, sent) as a, Process(tmp_path / "b", pg_url, sent) as b:
         msg = b.channel.message("/config", user_id="7", chat_id="7")
-        assert not await b.dispatcher._is_admin_now(msg)
+        assert not await b.dispatcher.admins.is_admin_now(msg)
         await a.store.grant_admin("telegram:7")  # /auth answered by process a
-        assert await b.dispatcher._is_admin_now(msg)
+        assert await b.dispatcher.admins.is_admin_now(msg)
 
 
 async def test_a_journal_row_that_cannot_be_read_is_dropped_once_not_retried_forever(pg_url, tmp_path, caplog):

@@ -297,9 +297,9 @@ async def test_resume_finds_the_answer_of_its_own_turn_when_later_turns_exist(tm
 @pytest.mark.parametrize("admin", ["telegram:100", None])
 async def test_admins(tmp_path, admin):
     async with Bot(tmp_path, admin_users=[admin] if admin else []) as bot:
-        assert bot.dispatcher.is_admin(bot.channel.message("x")) is bool(admin)
+        assert bot.dispatcher.admins.is_admin(bot.channel.message("x")) is bool(admin)
         terminal = RecordingChannel("terminal")
-        assert bot.dispatcher.is_admin(terminal.message("x"))
+        assert bot.dispatcher.admins.is_admin(terminal.message("x"))
 
 
 async def test_a_password_is_never_journalled(tmp_path):

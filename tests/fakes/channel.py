@@ -22,7 +22,7 @@ class RecordingChannel(BaseChannel):
         self.typing_calls = 0
         self._changed = asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self, intake: bool = True) -> None:
         """Nothing to connect."""
 
     async def stop(self) -> None:

@@ -9,18 +9,20 @@ from typing import Any
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
-from app import Services
+from bootstrap.services import Services
 from config.settings import ConfigHolder, load_config
+from dispatcher.admins import Admins
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
-from memory.daily import DailyMemory
+from memory.daily import DailyMemory, MemoryWritten
 from plugins.manager import PluginManager, install
 from store.conversations import ConversationStore
+from store.locks import LocalLocks
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 
 
-class FakeSummarizer:
+class FakeSummarizer(LoggingDropSink):
     """Records jobs; ``summarize_now`` persists a fixed summary like the real one injects it."""
 
     def __init__(self, text: str | None = "- Alice chose the blue plan.") -> None:
@@ -75,15 +77,20 @@ class PluginBot:
         self.tools = ToolRegistry()
         self.agent = Agent(llm=self.llm, tools=self.tools, store=self.store, config=self.holder, sink=sink)
         self.commands = CommandRegistry()
-        self.dispatcher = Dispatcher(config=self.holder, store=self.store, agent=self.agent, sessions=self.sessions,
-                                     commands=self.commands)
+        locks = LocalLocks()
+        admins = Admins(self.store, self.holder)
+        await admins.load()
+        written = MemoryWritten()
         self.services = Services(config=self.holder, store=self.store, llm=self.llm, tools=self.tools,
-                                 sessions=self.sessions, agent=self.agent, dispatcher=self.dispatcher,
-                                 commands=self.commands, summarizer=self.summarizer,
-                                 memory=DailyMemory(cfg.data_path() / "memory", cfg.zone()))
-        self.dispatcher.services = self.services
-        await self.dispatcher.load_admins()
+                                 sessions=self.sessions, agent=self.agent, commands=self.commands, admins=admins,
+                                 locks=locks, summarizer=self.summarizer,  # type: ignore[arg-type]
+                                 memory=DailyMemory(cfg.data_path() / "memory", cfg.zone(),
+                                                    on_written=written.notify))
         self.manager: PluginManager = install(self.services, directory=self.directory, extra=self.extra)
+        written.subscribe(self.manager.memory_written)
+        self.dispatcher = Dispatcher(config=self.holder, store=self.store, agent=self.agent, sessions=self.sessions,
+                                     commands=self.commands, services=self.services, locks=locks, admins=admins,
+                                     hooks=self.manager)
         self.dispatcher.add_channel(self.channel)
         self.dispatcher.add_channel(self.terminal)
         return self

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from agent.context import injection_text
 from agent.loop import Agent
-from agent.session import SessionManager
+from agent.session import LiveSessions, SessionManager
 from agent.tools.base import ToolContext, ToolRegistry, tool
 from agent.tools.memory_tools import memory_get, memory_search
 from config.settings import Config, ConfigHolder
@@ -47,10 +47,10 @@ class World:
         self.store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
         self.daily = DailyMemory(tmp_path / "memory", ZONE)
         self.llm = summary_llm
-        self.summarizer = Summarizer(store=self.store, llm=summary_llm, config=self.config, sessions=None,
+        live = LiveSessions()
+        self.summarizer = Summarizer(store=self.store, llm=summary_llm, config=self.config, sessions=live,
                                      daily=self.daily, retry_delays=(0.0, 0.0))
-        self.sessions = SessionManager(self.store, self.config, self.summarizer)
-        self.summarizer.sessions = self.sessions
+        self.sessions = SessionManager(self.store, self.config, self.summarizer, live=live)
 
     async def open(self) -> World:
         await self.store.open()

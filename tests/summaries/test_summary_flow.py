@@ -8,7 +8,7 @@ from pathlib import Path
 from agent.context import injection_text
 from agent.llm import OpenAILLM
 from agent.loop import Agent
-from agent.session import SessionManager
+from agent.session import LiveSessions, SessionManager
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
 from memory.daily import DailyMemory
@@ -40,9 +40,9 @@ async def test_trimmed_turns_are_summarised_injected_and_written(tmp_path: Path)
         await store.open()
         llm = OpenAILLM(api_key="test", base_url=server.base_url, model="chat-model")
         daily = DailyMemory(tmp_path / "memory", config().zone())
-        summarizer = Summarizer(store=store, llm=llm, config=config, sessions=None, daily=daily)
-        sessions = SessionManager(store, config, summarizer)
-        summarizer.sessions = sessions
+        live = LiveSessions()
+        summarizer = Summarizer(store=store, llm=llm, config=config, sessions=live, daily=daily)
+        sessions = SessionManager(store, config, summarizer, live=live)
         agent = Agent(llm=llm, tools=ToolRegistry(), store=store, config=config, sink=summarizer)
         try:
             await summarizer.start()

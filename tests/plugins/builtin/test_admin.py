@@ -201,7 +201,7 @@ async def test_auth_grants_admin_and_never_logs_the_password(tmp_path, caplog):
         assert "/auth: wrong password from telegram:100" in caplog.text
         assert "s3cret-pass" not in caplog.text and "auth wrong" not in caplog.text
         assert await bot.store.admin_grants() == {"telegram:100"}
-        assert bot.dispatcher.admin_grants == {"telegram:100"}
+        assert bot.dispatcher.admins.is_admin(bot.channel.message("x", user_id="100"))
         assert await bot.say("/config agent_max_steps") == "agent_max_steps = 15"
     async with PluginBot(tmp_path) as bot:  # the grant survives a restart
         assert await bot.say("/config agent_max_steps") == "agent_max_steps = 15"
@@ -210,7 +210,7 @@ async def test_auth_grants_admin_and_never_logs_the_password(tmp_path, caplog):
 async def test_auth_only_in_private_chats(tmp_path):
     async with PluginBot(tmp_path, admin_password="pw") as bot:
         assert await bot.say("/auth pw", is_group=True, chat_id="-5") == PRIVATE_ONLY_REPLY.format(command="auth")
-        assert bot.dispatcher.admin_grants == set()
+        assert bot.dispatcher.admins.grants == set()
 
 
 async def test_five_failures_lock_the_user_out_for_ten_minutes(tmp_path):
@@ -226,10 +226,10 @@ async def test_five_failures_lock_the_user_out_for_ten_minutes(tmp_path):
             assert await bot.say("/auth right", user_id="200", chat_id="200") == "You are now an admin."
             traveller.shift(timedelta(minutes=9, seconds=1))
             assert await bot.say("/auth right") == "Too many wrong passwords. Try again in 1 minute."
-            assert bot.dispatcher.admin_grants == {"telegram:200"}
+            assert bot.dispatcher.admins.grants == {"telegram:200"}
             traveller.shift(timedelta(seconds=60))
             assert await bot.say("/auth right") == "You are now an admin."
-            assert bot.dispatcher.admin_grants == {"telegram:200", "telegram:100"}
+            assert bot.dispatcher.admins.grants == {"telegram:200", "telegram:100"}
 
 
 async def test_failures_older_than_ten_minutes_do_not_count(tmp_path):
@@ -258,7 +258,7 @@ async def test_a_lockout_survives_a_restart(tmp_path):
         traveller.shift(timedelta(minutes=3))
         async with PluginBot(tmp_path) as bot:
             assert await bot.say("/auth right") == "Too many wrong passwords. Try again in 7 minutes."
-            assert bot.dispatcher.admin_grants == set()
+            assert bot.dispatcher.admins.grants == set()
         traveller.shift(timedelta(minutes=7))
         async with PluginBot(tmp_path) as bot:
             assert await bot.say("/auth right") == "You are now an admin."

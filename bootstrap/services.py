@@ -1,0 +1,51 @@
+"""The parts built at start that commands, tools and plugins may use, each with its type.
+
+Built by ``app.py`` in dependency order and handed to the dispatcher, the plugin manager and the channels
+at construction. The dispatcher itself is not among them: commands act on sessions, the store and the
+admins, not on the message path. Two parts are optional: the plugin manager (set by
+:func:`plugins.manager.install`, which needs the services to load the plugins) and the memory search (made
+by the ``memory_index`` plugin, which may be disabled).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the parts' modules import each other's packages; the types are only for checkers
+    from agent.loop import Agent
+    from agent.session import SessionManager
+    from agent.tools.base import ToolRegistry
+    from config.settings import ConfigHolder
+    from core.llm import BaseLLM
+    from dispatcher.admins import Admins
+    from dispatcher.commands import CommandRegistry
+    from memory.daily import DailyMemory
+    from memory.search import MemorySearch
+    from plugins.manager import PluginManager
+    from store.conversations import ConversationStore
+    from store.locks import Locks
+    from summaries.summarizer import Summarizer
+
+
+@dataclass(eq=False)
+class Services:
+    """Everything built at start, for built-in commands, tools and plugins."""
+
+    config: ConfigHolder
+    store: ConversationStore
+    llm: BaseLLM
+    tools: ToolRegistry
+    sessions: SessionManager
+    agent: Agent
+    commands: CommandRegistry
+    admins: Admins
+    locks: Locks
+    #: the daily memory files and notes
+    memory: DailyMemory
+    #: the summariser; None in tests that run without one
+    summarizer: Summarizer | None = None
+    #: the plugin manager, once :func:`plugins.manager.install` has loaded the plugins
+    plugins: PluginManager | None = None
+    #: the semantic memory index, made by the ``memory_index`` plugin (None while it is off)
+    memory_search: MemorySearch | None = None
