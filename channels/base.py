@@ -33,6 +33,8 @@ class BaseChannel(ABC):
     name: str = ""
     #: the bot's own user name on the platform, for /cmd@botname and @mentions, once known
     bot_username: str = ""
+    #: every message on this channel comes from whoever runs the bot (the local terminal): an admin
+    operator_only: bool = False
 
     def __init__(self) -> None:
         self._handler: MessageHandler | None = None

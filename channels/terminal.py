@@ -25,11 +25,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
 from core.messages import IncomingMessage, ReplyStream
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,10 @@ STOPPING = "stopping…"
 #: How long "thinking…" shows without news from the dispatcher (it calls :meth:`typing` every 4 s
 #: while a turn runs), so a message that gets no reply at all does not leave it up for good.
 THINKING_SECONDS = 6.0
+
+
+#: The terminal's line history between runs, under data_dir (DESIGN §1.6).
+HISTORY_FILE = "terminal_history"
 
 
 def start_banner(cfg: Any) -> str:
@@ -64,16 +71,18 @@ class TerminalChannel(BaseChannel):
     """Reads the local user's lines and writes replies: a chat window on a terminal, plain lines when piped."""
 
     name = "terminal"
+    operator_only = True
 
-    def __init__(self, stdin=None, stdout=None, interactive: bool | None = None) -> None:
+    def __init__(self, stdin=None, stdout=None, interactive: bool | None = None,
+                 config: Config | None = None) -> None:
         super().__init__()
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._interactive = stdin_is_terminal() if interactive is None else interactive
-        #: set by the app before start: shown on a terminal, never when piped
-        self.banner = ""
+        #: shown on a terminal, never when piped
+        self.banner = start_banner(config) if config is not None else ""
         #: where line history is kept between runs (None: for this run only)
-        self.history_path: Path | None = None
+        self.history_path: Path | None = config.data_path() / HISTORY_FILE if config is not None else None
         self._task: asyncio.Task | None = None
         self._eof = asyncio.Event()
         self._thinking_until = 0.0

@@ -37,6 +37,8 @@ class Admins:
         #: other processes may grant admins too (several processes on one database)
         self.shared = shared
         self._grants: set[str] = set()
+        #: channels whose every user is the bot's operator (:attr:`channels.base.BaseChannel.operator_only`)
+        self.operator_channels: set[str] = set()
         self._guard: AuthGuard | None = None
 
     @property
@@ -56,8 +58,8 @@ class Admins:
         self._grants = await self.store.admin_grants()
 
     def is_admin(self, msg: IncomingMessage) -> bool:
-        """Admins: the terminal user, ``admin_users`` entries, and ``/auth`` grants."""
-        if msg.channel == "terminal":
+        """Admins: the operator's channels (the terminal), ``admin_users`` entries, and ``/auth`` grants."""
+        if msg.channel in self.operator_channels:
             return True
         key = f"{msg.channel}:{msg.user_id}"
         return key in self.config().admin_users or key in self._grants

@@ -110,6 +110,8 @@ class Dispatcher:
     def add_channel(self, channel: BaseChannel) -> None:
         """Attach a channel: its messages come here, replies go back through it."""
         self.channels[channel.name] = channel
+        if channel.operator_only:
+            self.admins.operator_channels.add(channel.name)
         channel.set_handler(self.handle, submit=self.submit)
         channel.intake_settled = self.intake_settled
 

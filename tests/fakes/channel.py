@@ -18,6 +18,7 @@ class RecordingChannel(BaseChannel):
         super().__init__()
         self.name = name
         self.bot_username = bot_username
+        self.operator_only = name == "terminal"  # as the real terminal channel
         self.sent: list[tuple[IncomingMessage, str]] = []
         self.typing_calls = 0
         self._changed = asyncio.Event()
