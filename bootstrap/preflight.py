@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import sys
@@ -168,17 +167,14 @@ def check_data_dir(cfg: Config) -> None:
 
 
 def channel_problems(cfg: Config) -> dict[str, str]:
-    """The configured channels that cannot run, each with the reason."""
+    """The configured channels that cannot run, each with the reason (each channel's own preflight)."""
+    from channels.registry import channel_problem
+
     problems = {}
-    if "telegram" in cfg.channels and not cfg.telegram_bot_token:
-        problems["telegram"] = ("telegram_bot_token is empty: get a token from @BotFather and set "
-                                "TELEGRAM_BOT_TOKEN or telegram_bot_token in config.json")
-    if "wechat" in cfg.channels:
-        try:
-            importlib.import_module("channels.wechat.channel")  # itchat-uos, imported now rather than at start
-        except Exception as exc:  # noqa: BLE001 - a missing or broken install, whatever it raises
-            problems["wechat"] = (f"itchat-uos cannot be imported ({type(exc).__name__}: {exc}); install it with "
-                                  "pip install -r requirements.txt")
+    for name in cfg.channels:
+        why = channel_problem(name, cfg)
+        if why:
+            problems[name] = why
     return problems
 
 

@@ -20,8 +20,12 @@ import logging
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from core.messages import IncomingMessage, MessageHandler, MessageSubmitter, ReplyStream
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,16 @@ class BaseChannel(ABC):
     bot_username: str = ""
     #: every message on this channel comes from whoever runs the bot (the local terminal): an admin
     operator_only: bool = False
+    #: a third-party channel's own settings, a pydantic model: read from ``plugins.<name>`` in config.json,
+    #: validated before start, and passed to the channel's constructor as ``settings`` (built-in channels
+    #: keep their flat keys of DESIGN §1.2)
+    Settings: ClassVar[type[BaseModel] | None] = None
+
+    @classmethod
+    def preflight(cls, cfg: Any) -> str | None:
+        """Why this channel cannot run with ``cfg`` (one line, e.g. a missing token), checked at start before
+        anything connects; None when it can try. Nothing may be connected or sent here."""
+        return None
 
     def __init__(self) -> None:
         self._handler: MessageHandler | None = None

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from channels.base import BaseChannel
+
 logger = logging.getLogger(__name__)
 
 #: The entry-point group third-party channels register in.
@@ -97,9 +99,49 @@ def channel_factory(name: str) -> ChannelFactory:
     return _factories[name]
 
 
+def _channel_class(factory: ChannelFactory) -> type[BaseChannel] | None:
+    return factory if isinstance(factory, type) and issubclass(factory, BaseChannel) else None
+
+
+def channel_problem(name: str, cfg: Any) -> str | None:
+    """Why channel ``name`` cannot run with ``cfg``, in one line, or None: its module cannot be imported, its
+    settings are invalid, or its own :meth:`BaseChannel.preflight` says so. Nothing is connected."""
+    try:
+        factory = channel_factory(name)
+    except Exception as exc:  # noqa: BLE001 - a missing or broken install, whatever it raises
+        return (f"its module cannot be imported ({type(exc).__name__}: {exc}); install it with "
+                "pip install -r requirements.txt")
+    cls = _channel_class(factory)
+    if cls is None:
+        return None
+    try:
+        channel_settings(name, cfg)
+    except ValueError as exc:
+        return str(exc)
+    return cls.preflight(cfg)
+
+
+def channel_settings(name: str, cfg: Any) -> Any:
+    """A third-party channel's own settings: ``plugins.<name>`` in config.json, validated with the channel's
+    ``Settings`` model; None for a channel without one. Raises ``ValueError`` with a one-line reason."""
+    cls = _channel_class(channel_factory(name))
+    if cls is None or cls.Settings is None:
+        return None
+    from plugins.manager import validate_plugin_settings  # pydantic wording shared with plugin settings
+
+    settings, error = validate_plugin_settings(name, cls, cfg.plugins.get(name, {}))
+    if error:
+        raise ValueError(error)
+    return settings
+
+
 def create_channel(name: str, **available: Any) -> Any:
-    """Build channel ``name``, passing the factory those of ``available`` (config, services) it names."""
+    """Build channel ``name``, passing the factory those of ``available`` (config, services, settings) it names;
+    ``settings`` is the channel's own (:func:`channel_settings`)."""
     factory = channel_factory(name)
+    cls = _channel_class(factory)
+    if cls is not None and cls.Settings is not None and "config" in available:
+        available = {**available, "settings": channel_settings(name, available["config"])}
     params = inspect.signature(factory).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return factory(**available)

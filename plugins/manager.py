@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agent.tools.base import Tool, bind_services
 from bootstrap.services import Services
+from channels.registry import channel_settings, known_channels
 from core.messages import IncomingMessage
 from dispatcher.commands import Command, CommandRequest
 from plugins import hookspecs
@@ -229,7 +230,7 @@ class PluginManager:
                 continue
             info.enabled = True
         for name in wanted:
-            if name not in plugins:
+            if name not in plugins and name not in known_channels():  # a channel's own settings (registry)
                 hint = difflib.get_close_matches(name, list(plugins), n=1, cutoff=0.6)
                 logger.warning("config.plugins names an unknown plugin %r%s", name,
                                f"; did you mean {hint[0]}?" if hint else "")
@@ -250,6 +251,12 @@ class PluginManager:
         """The first problem with a ``plugins`` setting (for /config before it writes), or None."""
         known = {name: module for name, module, _ in self._candidates()}
         for name, raw in plugins.items():
+            if name not in known and name in known_channels():
+                try:
+                    channel_settings(name, self.services.config.current.model_copy(update={"plugins": {name: raw}}))
+                except ValueError as exc:
+                    return str(exc)
+                continue
             if name not in known:
                 hint = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
                 return f"unknown plugin {name!r}" + (f"; did you mean {hint[0]}?" if hint else "")

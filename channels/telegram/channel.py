@@ -100,6 +100,16 @@ class TelegramChannel(BaseChannel):
 
     name = "telegram"
 
+    @classmethod
+    def preflight(cls, cfg: Any) -> str | None:
+        """Telegram needs a bot token, and webhook mode its public URL."""
+        if not cfg.telegram_bot_token:
+            return ("telegram_bot_token is empty: get a token from @BotFather and set "
+                    "TELEGRAM_BOT_TOKEN or telegram_bot_token in config.json")
+        if cfg.telegram_mode == "webhook" and not cfg.telegram_webhook_url:
+            return "telegram_mode is webhook but telegram_webhook_url is empty"
+        return None
+
     def __init__(self, config: Any, *, services: Any = None, poll_timeout: float = 10.0) -> None:
         super().__init__()
         self.config = config
@@ -149,13 +159,10 @@ class TelegramChannel(BaseChannel):
         processes on one database, only the one elected to poll receives in polling mode.
         """
         cfg = self.config
-        if not cfg.telegram_bot_token:
-            logger.error("telegram: no bot token; set telegram_bot_token / TELEGRAM_BOT_TOKEN")
-            self.fail("no bot token: set telegram_bot_token / TELEGRAM_BOT_TOKEN")
-            return
-        if cfg.telegram_mode == "webhook" and not cfg.telegram_webhook_url:
-            logger.error("telegram: telegram_mode is webhook but telegram_webhook_url is empty")
-            self.fail("telegram_mode is webhook but telegram_webhook_url is empty")
+        problem = self.preflight(cfg)
+        if problem:
+            logger.error("telegram: %s", problem)
+            self.fail(problem)
             return
         bot = self._build_bot()
         try:

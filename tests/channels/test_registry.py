@@ -130,3 +130,77 @@ async def test_the_readme_channel_example_runs_as_an_installed_channel(tmp_path,
     finally:
         registry.unregister("memo")
         sys.modules.pop(module, None)
+
+
+MATRIX_MODULE = '''
+from pydantic import BaseModel, ConfigDict
+
+from channels.base import BaseChannel
+from channels.registry import register_channel
+
+
+@register_channel("matrix")
+class MatrixChannel(BaseChannel):
+    """A third-party channel with settings of its own and a preflight."""
+
+    name = "matrix"
+
+    class Settings(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        homeserver: str = ""
+        room_limit: int = 10
+
+    @classmethod
+    def preflight(cls, cfg):
+        return None if cfg.plugins.get("matrix", {}).get("homeserver") else "plugins.matrix.homeserver is empty"
+
+    def __init__(self, config, settings):
+        super().__init__()
+        self.config, self.settings = config, settings
+
+    async def start(self, intake=True):
+        pass
+
+    async def stop(self):
+        pass
+
+    async def send(self, to, text):
+        pass
+'''
+
+
+@pytest.fixture
+def matrix_installed(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "longchat-matrix", files={"longchat_matrix.py": MATRIX_MODULE},
+                       entry_points={"longchat.channels": {"matrix": "longchat_matrix"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    registry.unregister("matrix")
+    sys.modules.pop("longchat_matrix", None)
+
+
+def test_a_third_party_channel_gets_its_settings_from_plugins_and_runs_its_preflight(matrix_installed):
+    cfg = Config(channel_type="matrix", plugins={"matrix": {"homeserver": "https://m.example", "room_limit": 3}})
+    assert registry.channel_problem("matrix", cfg) is None
+    channel = create_channel("matrix", config=cfg, services=None)
+    assert (channel.settings.homeserver, channel.settings.room_limit) == ("https://m.example", 3)
+    assert registry.channel_problem("matrix", Config(channel_type="matrix")) == "plugins.matrix.homeserver is empty"
+    wrong = Config(channel_type="matrix", plugins={"matrix": {"homeserver": "h", "room_limt": 3}})
+    assert registry.channel_problem("matrix", wrong) == (
+        "unknown setting 'plugins.matrix.room_limt'; did you mean plugins.matrix.room_limit?")
+
+
+async def test_a_channels_settings_are_checked_like_a_plugins_before_config_writes_them(tmp_path, matrix_installed):
+    async with PluginBot(tmp_path) as bot:
+        assert bot.manager.check_settings({"matrix": {"homeserver": "h"}}) is None
+        assert bot.manager.check_settings({"matrix": {"room_limit": "many"}}) == (
+            "invalid value for 'plugins.matrix.room_limit': Input should be a valid integer, "
+            "unable to parse string as an integer")
+
+
+def test_builtin_channels_say_why_they_cannot_run_before_anything_connects():
+    assert registry.channel_problem("terminal", Config()) is None
+    assert registry.channel_problem("telegram", Config(channel_type="telegram")).startswith(
+        "telegram_bot_token is empty")
+    webhook = Config(channel_type="telegram", telegram_bot_token="1:x", telegram_mode="webhook")
+    assert registry.channel_problem("telegram", webhook) == "telegram_mode is webhook but telegram_webhook_url is empty"
