@@ -1,6 +1,6 @@
 """Group background (DESIGN §1.3): what a group said without asking the bot, shown with the next request.
 
-Intake keeps every untriggered text message of a served group (:func:`dispatcher.intake.background_text`)
+Intake keeps every untriggered text message of a served group (:func:`dispatcher.intake.evaluate`)
 as one row of ``group_messages``, and marks each request to the bot there with a trigger row. Both carry
 the time the bot received them, from one strictly increasing clock, which orders a group's rows whatever
 order the writes commit in. The request's own time travels in its journalled message

@@ -38,7 +38,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, background_text, decide, journal_payload
+from dispatcher.intake import RecentIds, WorkItem, evaluate, journal_payload
 from dispatcher.outbox import Outbox
 from dispatcher.replies import (
     STILL_WORKING_AFTER,
@@ -170,11 +170,12 @@ class Dispatcher:
         cfg = self.config()
         channel = self.channels.get(msg.channel)
         bot_username = channel.bot_username if channel else ""
-        decision = decide(msg, cfg, bot_username)
-        if decision is None:
-            self._keep_background(msg, cfg, bot_username)
+        trigger = evaluate(msg, cfg, bot_username)
+        if not trigger.act:
+            if trigger.background is not None:
+                self._keep_background(msg, trigger.background)
             return None
-        text, command = decision
+        text, command = trigger.text, trigger.command
         if msg.message_id:
             if self.recent.seen(msg.channel, msg.message_id):
                 logger.info("duplicate %s message %s ignored", msg.channel, msg.message_id)
@@ -207,10 +208,9 @@ class Dispatcher:
         self._enqueue(item)
         return item
 
-    def _keep_background(self, msg: IncomingMessage, cfg: Any, bot_username: str) -> None:
+    def _keep_background(self, msg: IncomingMessage, text: str) -> None:
         """Store an untriggered group message as its group's background (DESIGN §1.3), once per delivery."""
-        text = background_text(msg, cfg, bot_username)
-        if text is not None and not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
+        if not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
             self.background.keep(msg, text)
 
     def _late_recorded(self, future: asyncio.Future) -> None:

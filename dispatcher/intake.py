@@ -1,6 +1,6 @@
 """Intake: whether the bot acts on a message, what text it acts on, dedup, and the journal entry.
 
-Everything here runs before a message is queued. :func:`decide` is synchronous so that messages are
+Everything here runs before a message is queued. :func:`evaluate` is synchronous so that messages are
 queued in arrival order; the journal write (:func:`journal_payload` is what it stores) runs on its own.
 """
 
@@ -57,36 +57,58 @@ class WorkItem:
     received: float = field(default_factory=time.perf_counter)
 
 
-def decide(msg: IncomingMessage, cfg: Any, bot_username: str) -> tuple[str, CommandObject | None] | None:
-    """The text to act on and the command it is, or None when the bot ignores the message.
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """What the bot makes of one message (DESIGN §1.3): act on it, keep it as group background, or neither."""
 
-    Commands addressed to another bot, untriggered group messages and non-text group messages are
-    ignored; a non-text private message is acted on with an empty text (it gets the "text only" note).
+    act: bool
+    #: the text to act on: a command's text, or the message as the model sees it (reply quote, ``[Speaker]``)
+    text: str = ""
+    command: CommandObject | None = None
+    #: an untriggered text of a served group, kept as that group's background
+    background: str | None = None
+
+
+IGNORED = Trigger(act=False)
+
+
+def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: bool = False) -> Trigger:
+    """The one evaluation of a message's triggers, for intake, the group background and crash resume.
+
+    Commands addressed to another bot, untriggered group messages and non-text group messages are not acted
+    on; a non-text private message is acted on with an empty text (it gets the "text only" note). With
+    ``accepted`` (a journalled message being resumed), the message was taken when it arrived: it is acted on
+    even if the trigger settings changed since, and only its text is worked out again.
     """
-    if msg.is_from_bot:
-        return None
-    if msg.is_group and not group_allowed(msg, cfg.group_name_white_list):
-        return None
+    if not accepted and (msg.is_from_bot or (msg.is_group and not group_allowed(msg, cfg.group_name_white_list))):
+        return IGNORED
     command = parse_command(msg.text) if msg.content_type == "text" else None
-    if command is not None and command.mention and bot_username \
-            and command.mention.lower() != bot_username.lower():
-        return None  # addressed to another bot
+    if command is not None:
+        if not accepted and command.mention and bot_username and command.mention.lower() != bot_username.lower():
+            return IGNORED  # addressed to another bot
+        return Trigger(act=True, text=msg.text.strip(), command=command)
+    if msg.content_type != "text" and not accepted:
+        return IGNORED if msg.is_group else Trigger(act=True)
+    triggered = triggered_text(msg, cfg, bot_username)
+    if triggered is None:
+        if not accepted:
+            return Trigger(act=False, background=_background(msg, cfg))
+        triggered = msg.text.strip()
+    command = parse_command(triggered)  # e.g. "@bot /help" in a group
+    if command is not None:
+        return Trigger(act=True, text=triggered, command=command)
+    if not triggered and not accepted:
+        return IGNORED
+    text = with_reply(msg, triggered)
+    return Trigger(act=True, text=speaker_text(msg, text) if msg.is_group else text)
+
+
+def _background(msg: IncomingMessage, cfg: Any) -> str | None:
+    """An untriggered text message of a served group, kept while ``group_context_messages`` is on."""
     text = msg.text.strip()
-    if command is None:
-        if msg.content_type != "text":
-            return None if msg.is_group else ("", None)
-        triggered = triggered_text(msg, cfg, bot_username)
-        if triggered is None:
-            return None
-        text = triggered
-        command = parse_command(text)  # e.g. "@bot /help" in a group
-        if command is None and not text:
-            return None
-    if command is None and msg.content_type == "text":
-        text = with_reply(msg, text)
-        if msg.is_group:
-            text = speaker_text(msg, text)
-    return text, command
+    if not msg.is_group or cfg.group_context_messages <= 0 or not text:
+        return None
+    return text
 
 
 def speaker_text(msg: IncomingMessage, text: str) -> str:
@@ -102,22 +124,6 @@ def with_reply(msg: IncomingMessage, text: str) -> str:
     if len(quoted) > REPLY_QUOTE_CHARS:
         quoted = quoted[:REPLY_QUOTE_CHARS] + "…"
     return f'(replying to {msg.reply_to_name or "someone"}: "{quoted}") {text}'
-
-
-def background_text(msg: IncomingMessage, cfg: Any, bot_username: str) -> str | None:
-    """The text to keep as group background (DESIGN §1.3), or None.
-
-    Only for a text message in a served group that does not trigger the bot and is no command (commands
-    are for bots), while ``group_context_messages`` is on.
-    """
-    if not msg.is_group or msg.is_from_bot or msg.content_type != "text" or cfg.group_context_messages <= 0:
-        return None
-    text = msg.text.strip()
-    if not text or not group_allowed(msg, cfg.group_name_white_list) or parse_command(text) is not None:
-        return None
-    if triggered_text(msg, cfg, bot_username) is not None:
-        return None
-    return text
 
 
 def journal_payload(msg: IncomingMessage, command: CommandObject | None) -> dict[str, Any]:

@@ -12,10 +12,8 @@ from typing import Any
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
 from core.records import PendingIncoming
-from dispatcher.commands import parse_command
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, speaker_text, with_reply
-from dispatcher.triggers import triggered_text
+from dispatcher.intake import RecentIds, WorkItem, evaluate
 from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -63,17 +61,9 @@ async def resumed_item(store: ConversationStore, cfg: Any, channel: BaseChannel,
         info = dataclasses.replace(info, session_id=row.session_id)
     if await store.get_session(row.session_id) is None:
         await store.ensure_session(info)
-    command = parse_command(msg.text) if msg.content_type == "text" else None
-    text = msg.text if row.user_seq is None else ""
-    if row.user_seq is None and command is None:
-        triggered = triggered_text(msg, cfg, channel.bot_username)
-        text = triggered if triggered is not None else msg.text.strip()
-        command = parse_command(text)
-        if command is None:
-            text = with_reply(msg, text)
-            if msg.is_group:
-                text = speaker_text(msg, text)
-    item = WorkItem(message=msg, info=info, text=text, command=command, inbox_id=row.id,
+    trigger = evaluate(msg, cfg, channel.bot_username, accepted=True)
+    text = trigger.text if row.user_seq is None else ""  # else its user message is stored: the turn reads that
+    item = WorkItem(message=msg, info=info, text=text, command=trigger.command, inbox_id=row.id,
                     user_seq=row.user_seq, resumed=True)
     recorded = asyncio.get_running_loop().create_future()
     recorded.set_result((row.id, row.user_seq))
