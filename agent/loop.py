@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -101,6 +101,11 @@ class AnswerSink(Protocol):
 _ANSWER_SINK: ContextVar[AnswerSink | None] = ContextVar("answer_sink", default=None)
 
 
+#: ``final(message, text) -> seq``: stores a turn's final answer ``message``, whose reply to the user is
+#: ``text``, and returns its seq; the dispatcher's keeps ``text`` for its outbox in the same transaction.
+FinalAnswer = Callable[[dict[str, Any], str], Awaitable[int]]
+
+
 @dataclass(slots=True)
 class TurnResult:
     """What a turn produced."""
@@ -112,8 +117,6 @@ class TurnResult:
     actions: list[str] = field(default_factory=list)
     #: when the turn's model calls must have ended (event loop time)
     ends: float = float("inf")
-    #: ``text`` was kept as the reply of ``run_turn``'s ``reply_for`` message, with the answer
-    kept: bool = False
 
 
 class Agent:
@@ -209,28 +212,28 @@ class Agent:
         state.append(seq, message)
 
     # --- the turn ------------------------------------------------------------------------
-    async def add_user_message(self, state: SessionState, text: str, inbox_id: int | None = None) -> None:
+    async def add_user_message(self, state: SessionState, text: str) -> None:
         """Store the turn's user message before any model call, and put it in the context."""
         message = {"role": "user", "content": text}
-        seq = await self.store.append_user(state.session_id, message, inbox_id)
+        (seq,) = await self.store.append(state.session_id, [message])
         state.append(seq, message)
 
     async def run_turn(self, state: SessionState, sink: AnswerSink | None = None,
-                       reply_for: int | None = None) -> TurnResult:
+                       final: FinalAnswer | None = None) -> TurnResult:
         """Run the tool loop for the newest user message in ``state`` and return the final answer.
 
         With a ``sink``, model calls stream their visible text into it (when the client can stream). The
         first turn after a restore first waits (briefly) for the summary of the turns it skipped. With
-        ``reply_for`` (an inbox id), the reply is kept for that message's outbox in the transaction that
-        stores the final answer (``TurnResult.kept``).
+        ``final``, the final answer is stored by that callback (the dispatcher keeps the reply for its outbox
+        in the same transaction); without, the agent stores it like any other message.
         """
         token = _ANSWER_SINK.set(sink)
         try:
-            return await self._run_turn(state, reply_for)
+            return await self._run_turn(state, final)
         finally:
             _ANSWER_SINK.reset(token)
 
-    async def _run_turn(self, state: SessionState, reply_for: int | None = None) -> TurnResult:
+    async def _run_turn(self, state: SessionState, final_answer: FinalAnswer | None = None) -> TurnResult:
         await state.wait_ready(self.first_reply_wait)
         cfg = self.config()
         result = TurnResult(text="", ends=asyncio.get_running_loop().time() + self.turn_deadline)
@@ -248,12 +251,10 @@ class Agent:
                 message.pop("reasoning_content", None)
             if final or not response.tool_calls:
                 result.text = reply_text(response)
-                if reply_for is None:
+                if final_answer is None:
                     await self._persist(state, message)
-                else:  # the answer and the outbox's copy of the reply in one transaction
-                    seq = await self.store.append_answer(state.session_id, message, reply_for, result.text)
-                    state.append(seq, message)
-                    result.kept = True
+                else:
+                    state.append(await final_answer(message, result.text), message)
                 return result
             await self._persist(state, message)
             for call in response.tool_calls:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent.loop import Agent, AnswerSink
+from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
@@ -55,7 +55,8 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
             text = await hooks.before_agent(item.message, item.text)
             if text is None:
                 return "", 0
-            await agent.add_user_message(state, text, item.inbox_id)
+            message = {"role": "user", "content": text}  # stored with its journal row, before any model call
+            state.append(await store.append_user(item.info.session_id, message, item.inbox_id), message)
         else:
             answer = await stored_answer(store, item)
             if answer is not None:
@@ -64,11 +65,9 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
                 state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
         state.set_background(await background_lines(store, item.message, agent.config()))
         try:
-            result = await agent.run_turn(state, sink, reply_for=item.inbox_id)
+            result = await agent.run_turn(state, sink, final=_keeping_reply(store, item))
         finally:
             state.set_background([])
-    if result.kept:
-        item.kept_reply = result.text
     return result.text, result.tool_calls
 
 
@@ -86,3 +85,18 @@ async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:
         return (last.get("content") or "").strip()
     return None
 
+
+
+def _keeping_reply(store: ConversationStore, item: WorkItem) -> FinalAnswer | None:
+    """The agent's final-answer callback: the answer and the outbox's copy of the reply in one transaction
+    (``item.kept_reply`` then tells the outbox it need not keep it again)."""
+    inbox_id = item.inbox_id
+    if inbox_id is None:
+        return None
+
+    async def keep(message: dict[str, Any], text: str) -> int:
+        seq = await store.append_answer(item.info.session_id, message, inbox_id, text)
+        item.kept_reply = text
+        return seq
+
+    return keep

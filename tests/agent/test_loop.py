@@ -192,28 +192,36 @@ async def test_no_silence_and_length_note(parts, response, shown):
     assert (await agent.run_turn(state)).text == shown
 
 
-async def test_reply_for_keeps_the_reply_as_shown_with_the_final_answer(parts):
+async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_shown(parts):
     llm = FakeLLM().enqueue_tools(("echo_tool", {"text": "pong"})).enqueue(
         LLMResponse(content="half an answ", finish_reason="length"))
     agent, state, _ = await make(parts, llm)
     recorded = await parts.record_incoming("terminal", "m-1", INFO.session_id, {}, None)
     assert recorded is not None
     inbox_id = recorded[0]
+    finals: list[str] = []
+
+    async def keep(message: dict, text: str) -> int:  # as the dispatcher's: the answer and the reply together
+        finals.append(text)
+        return await parts.append_answer(INFO.session_id, message, inbox_id, text)
+
     async with state.lock:
-        await agent.add_user_message(state, "hi", inbox_id)
-        result = await agent.run_turn(state, reply_for=inbox_id)
-    assert (result.text, result.kept) == (f"half an answ\n\n{LENGTH_NOTE}", True)
+        message = {"role": "user", "content": "hi"}
+        state.append(await parts.append_user(INFO.session_id, message, inbox_id), message)
+        result = await agent.run_turn(state, final=keep)
+    assert result.text == f"half an answ\n\n{LENGTH_NOTE}" and finals == [result.text]
     # kept as the user sees it (with the note), stored as the model wrote it; the message stays pending
     assert await parts.pending_replies() == {inbox_id: result.text}
     stored = [m.message for m in await parts.load_messages(INFO.session_id)]
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[-1]["content"] == "half an answ"
     assert [m.seq for m in state.messages] == [1, 2, 3, 4]
-    # without reply_for nothing is kept
+    # without a final-answer callback the agent stores the answer itself, and nothing is kept
     llm.enqueue("plain")
     async with state.lock:
         await agent.add_user_message(state, "again")
-        assert (await agent.run_turn(state)).kept is False
+        assert (await agent.run_turn(state)).text == "plain"
+    assert finals == [f"half an answ\n\n{LENGTH_NOTE}"]
     assert await parts.pending_replies() == {inbox_id: result.text}
 
 
