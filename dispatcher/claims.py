@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
+from agent.session import SessionManager
+from channels.base import BaseChannel
 from core.messages import IncomingMessage
 from core.records import PendingIncoming
-from dispatcher.intake import WorkItem
+from dispatcher.intake import RecentIds, WorkItem
+from dispatcher.outbox import Outbox
 from dispatcher.resume import resumed_item
-from store.conversations import database_unavailable
-
-if TYPE_CHECKING:
-    from dispatcher.dispatcher import Dispatcher
+from store.conversations import ConversationStore, database_unavailable
+from store.locks import Locks
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +56,34 @@ def session_lock(session_id: str) -> str:
     return f"session:{session_id}"
 
 
+class ClaimHost(Protocol):
+    """What claimed runs need of the dispatcher that owns them: its parts and its session queue."""
+
+    store: ConversationStore
+    sessions: SessionManager
+    locks: Locks
+    outbox: Outbox
+    recent: RecentIds
+    channels: Mapping[str, BaseChannel]
+    config: Callable[[], Any]
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def claimed(self, channel: str) -> bool: ...
+
+    def session_busy(self, session_id: str) -> bool: ...
+
+    def poke(self, session_id: str) -> None: ...
+
+    async def answer_claimed(self, item: WorkItem) -> None: ...
+
+
 class SessionClaims:
     """Claimed runs of sessions, for a dispatcher whose locks are shared with other processes."""
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.d = dispatcher
+    def __init__(self, host: ClaimHost) -> None:
+        self.d = host
         #: live work items of this process by journal id, from their journal write until their worker ends
         self.local: dict[int, WorkItem] = {}
         #: per session in memory here: (last_seq, context_start_seq) as stored when this process last let
@@ -68,7 +92,7 @@ class SessionClaims:
         self._sweeper: asyncio.Task | None = None
 
     @property
-    def locks(self) -> Any:
+    def locks(self) -> Locks:
         """The dispatcher's locks."""
         return self.d.locks
 
