@@ -36,6 +36,8 @@ BUILTIN_CHANNELS: dict[str, str] = {
     "telegram": "channels.telegram.channel",
     "wechat": "channels.wechat.channel",
 }
+#: The package a built-in channel's platform library comes from, to name it when it cannot be imported.
+BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos"}
 
 ChannelFactory = Callable[..., Any]
 
@@ -109,7 +111,8 @@ def channel_problem(name: str, cfg: Any) -> str | None:
     try:
         factory = channel_factory(name)
     except Exception as exc:  # noqa: BLE001 - a missing or broken install, whatever it raises
-        return (f"its module cannot be imported ({type(exc).__name__}: {exc}); install it with "
+        what = BUILTIN_REQUIREMENTS.get(name, "its module")
+        return (f"{what} cannot be imported ({type(exc).__name__}: {exc}); install it with "
                 "pip install -r requirements.txt")
     cls = _channel_class(factory)
     if cls is None:
