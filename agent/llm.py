@@ -135,15 +135,15 @@ class OpenAILLM:
         refuses tools is asked without."""
         model = model or self.model
         body = self._body(messages, tools, model, temperature, max_tokens)
-        retrying = (retry or self.retry).retrying(_transient, before_sleep=_log_retry)
+        policy = retry or self.retry
         try:
-            return await retrying(self._once, body, model)
+            return await policy.call(self._once, body, model, retry_on=_transient, before_sleep=_log_retry)
         except ToolsUnsupportedError:
             if "tools" not in body:
                 raise
             self._drop_tools(model)
             body.pop("tools")
-            return await retrying(self._once, body, model)
+            return await policy.call(self._once, body, model, retry_on=_transient, before_sleep=_log_retry)
 
     async def stream(
         self,
@@ -174,8 +174,8 @@ class OpenAILLM:
 
         while True:
             try:
-                retrying = self.retry.retrying(lambda exc: _transient(exc) and not shown, before_sleep=_log_retry)
-                return await retrying(self._stream_once, body, model, show)
+                return await self.retry.call(self._stream_once, body, model, show, before_sleep=_log_retry,
+                                             retry_on=lambda exc: _transient(exc) and not shown)
             except ToolsUnsupportedError:
                 if "tools" not in body:
                     raise

@@ -36,13 +36,17 @@ async def journalled(item: WorkItem, record: Callable[[WorkItem], Awaitable[Any]
                        item.info.session_id, type(state.outcome.exception()).__name__, state.upcoming_sleep,
                        state.attempt_number, DB_RETRIES)
 
-    async for attempt in DATABASE.but(first=delay, cap=delay).retrying(database_unavailable, hint=no_hint,
-                                                                      before_sleep=log):
-        with attempt:
-            if attempt.retry_state.attempt_number == 1:
-                return await item.recorded
-            return await record(item)
-    raise AssertionError("unreachable")
+    first = True
+
+    async def write() -> Any:
+        nonlocal first
+        if first:  # the write that went with the item's intake
+            first = False
+            return await item.recorded
+        return await record(item)
+
+    return await DATABASE.but(first=delay, cap=delay).call(write, retry_on=database_unavailable, hint=no_hint,
+                                                          before_sleep=log)
 
 
 async def wait_for_database(item: WorkItem, failure: Exception, retries: int, *, delay: float, store: Any,

@@ -64,30 +64,31 @@ class Outbox:
         (:meth:`BaseChannel.retry_delay`); otherwise the policy's backoff decides the wait.
         """
         channel = self.channels.get(msg.channel)
-        failures = 0  # before the current try
+        tries = 0
+
+        async def once() -> None:
+            nonlocal tries
+            tries += 1
+            await (send or self._send)(msg, text)
 
         def asked(exc: BaseException) -> float | None:
-            return channel.retry_delay(exc, failures) if channel is not None else None
+            return channel.retry_delay(exc, tries - 1) if channel is not None else None
 
         def log(state: RetryCallState) -> None:
             exc = state.outcome.exception()
             logger.warning("reply to %s:%s failed (%s: %s); try %d in %.1f s", msg.channel, msg.chat_id,
                            type(exc).__name__, exc, state.attempt_number + 1, state.upcoming_sleep)
 
-        retrying = self.retry.retrying(lambda exc: asked(exc) is not None, hint=lambda exc: asked(exc) or None,
-                                       before_sleep=log)
         try:
-            async for attempt in retrying:
-                with attempt:
-                    failures = attempt.retry_state.attempt_number - 1
-                    await (send or self._send)(msg, text)
+            await self.retry.call(once, retry_on=lambda exc: asked(exc) is not None,
+                                  hint=lambda exc: asked(exc) or None, before_sleep=log)
         except Exception as exc:  # noqa: BLE001 - the channel said retrying cannot help
             logger.error("reply to %s:%s refused for good (%s: %s); not retried", msg.channel, msg.chat_id,
                          type(exc).__name__, exc)
             return False
-        if failures:
-            logger.info("reply to %s:%s delivered after %d retr%s", msg.channel, msg.chat_id, failures,
-                        "y" if failures == 1 else "ies")
+        if tries > 1:
+            logger.info("reply to %s:%s delivered after %d retr%s", msg.channel, msg.chat_id, tries - 1,
+                        "y" if tries == 2 else "ies")
         return True
 
     async def _keep(self, inbox_id: int, reply: str) -> None:

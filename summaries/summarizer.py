@@ -419,7 +419,7 @@ class Summarizer:
                            job.session_id, state.attempt_number, self.retry.attempts, state.outcome.exception(),
                            state.upcoming_sleep)
 
-        return await self.retry.retrying(_retryable, before_sleep=log)(once)
+        return await self.retry.call(once, retry_on=_retryable, before_sleep=log)
 
     # --- injection ---------------------------------------------------------------------------
     def _state(self, session_id: str) -> Any | None:

@@ -171,3 +171,74 @@ async def test_real_sleeps_are_taken():
     started = loop.time()
     assert await MODEL_CALL.retrying(transient)(call) == "ok"
     assert loop.time() - started >= 0.2
+
+
+# --- call: the first try outside tenacity ----------------------------------------------------------
+
+async def test_call_returns_the_first_answer():
+    call = Flaky()
+    assert await MODEL_CALL.call(call, retry_on=transient, sleep=Sleeps()) == "ok"
+    assert call.calls == 1
+
+
+async def test_call_retries_as_the_policy_says_after_a_first_failure():
+    sleeps = Sleeps()
+    seen: list[int] = []
+    call = Flaky(busy(retry_after=7.0), busy())
+    policy = MODEL_CALL.but(first=1.0, jitter=False)
+    assert await policy.call(call, retry_on=transient, sleep=sleeps,
+                             before_sleep=lambda state: seen.append(state.attempt_number)) == "ok"
+    assert call.calls == 3
+    assert sleeps == [7.0, 2.0]  # the server's wait, then the backoff of the second retry
+    assert seen == [1, 2]  # the first try counts as tenacity's first attempt
+
+
+async def test_call_gives_up_after_its_attempts_with_the_last_error():
+    sleeps = Sleeps()
+    errors = [busy(), busy(), busy(), busy()]
+    call = Flaky(*errors)
+    with pytest.raises(TransientLLMError) as raised:
+        await MODEL_CALL.call(call, retry_on=transient, sleep=sleeps)
+    assert raised.value is errors[2]
+    assert call.calls == 3 and len(sleeps) == 2
+    first = busy()
+    call = Flaky(first)
+    with pytest.raises(TransientLLMError) as raised:
+        await ONE_TRY.call(call, retry_on=transient, sleep=sleeps)
+    assert raised.value is first and call.calls == 1
+
+
+async def test_call_does_not_retry_what_the_layer_does_not_own():
+    call = Flaky(AuthLLMError("bad key", status=401))
+    with pytest.raises(AuthLLMError):
+        await MODEL_CALL.call(call, retry_on=transient, sleep=Sleeps())
+    assert call.calls == 1
+
+
+async def test_calls_deadline_counts_from_the_first_try():
+    class Slow(Flaky):
+        async def __call__(self) -> str:
+            await asyncio.sleep(0.3)
+            return await super().__call__()
+
+    sleeps = Sleeps()
+    call = Slow(busy(retry_after=0.3))
+    with pytest.raises(TransientLLMError):  # 0.3 s spent + a 0.3 s wait would pass the 0.5 s deadline
+        await MODEL_CALL.but(deadline=0.5).call(call, retry_on=transient, sleep=sleeps)
+    assert call.calls == 1 and sleeps == []
+    call = Slow(busy(retry_after=0.3))
+    assert await MODEL_CALL.but(deadline=1.0).call(call, retry_on=transient, sleep=sleeps) == "ok"
+    assert call.calls == 2 and sleeps == [0.3]
+
+
+async def test_call_passes_its_arguments_to_every_try():
+    got: list[tuple] = []
+
+    async def call(a: int, b: str) -> str:
+        got.append((a, b))
+        if len(got) < 2:
+            raise busy()
+        return "ok"
+
+    assert await MODEL_CALL.call(call, 1, "x", retry_on=transient, sleep=Sleeps()) == "ok"
+    assert got == [(1, "x"), (1, "x")]
