@@ -415,7 +415,7 @@ class Summarizer:
             return "" if is_none(text) else text
 
         def log(state: RetryCallState) -> None:
-            logger.warning("summary job %d (session %s): attempt %d/%d failed (%s); retry in %.1fs", job.id,
+            logger.warning("summary job %d (session %s): attempt %d/%s failed (%s); retry in %.1fs", job.id,
                            job.session_id, state.attempt_number, self.retry.attempts, state.outcome.exception(),
                            state.upcoming_sleep)
 
