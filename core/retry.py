@@ -4,7 +4,7 @@ A :class:`RetryPolicy` says how often a call is tried and how long to wait betwe
 server's own wait when it gives one (``Retry-After``, Telegram's ``retry_after``), else exponential
 backoff with jitter; optionally a deadline that no wait may pass. :meth:`RetryPolicy.retrying` turns it
 into a ``tenacity.AsyncRetrying``; :meth:`RetryPolicy.call` runs a call under it, awaiting the first try
-directly: tenacity's machinery costs about 20 us of CPU per call (bench/retry_overhead.py), and nearly
+directly: tenacity's machinery costs about 25 us of CPU per call (bench/retry_overhead.py), and nearly
 every call succeeds at once, so it takes over only after a failure worth retrying.
 
 Each kind of failure is retried by one layer only, so the tries of two layers never multiply:
