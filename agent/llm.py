@@ -7,18 +7,16 @@ headers, authentication, timeouts, proxies and exception classes, with the JSON 
 The typed ``chat.completions.create()`` validates every message of the history on each call, which costs
 several times more CPU and grows with the history (bench/llm_client.py; figures in the README).
 
-The SDK's own retries are off (``max_retries=0``): :func:`with_retries` retries timeouts, connection
-errors, 429 and 5xx up to three tries, honouring ``Retry-After`` within a total deadline, and never
-retries quota, auth, overflow or a bad request. Provider errors are classified by
-:mod:`agent.provider_errors`; answers are read by :mod:`agent.completion`.
+The SDK's own retries are off (``max_retries=0``): the client retries timeouts, connection errors, 429
+and 5xx with one policy (:data:`core.retry.MODEL_CALL`: three tries, honouring ``Retry-After`` within a
+total deadline), and never retries quota, auth, overflow or a bad request. A caller that owns the
+retries of its requests (the summariser) asks for one try with ``retry=ONE_TRY``. Provider errors are
+classified by :mod:`agent.provider_errors`; answers are read by :mod:`agent.completion`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-import time
 from typing import TYPE_CHECKING, Any
 
 from agent.completion import StreamAssembler, parse_completion, valid_value
@@ -32,49 +30,27 @@ from core.errors import (
     TransientLLMError,
 )
 from core.llm import LLMResponse, TextCallback
+from core.retry import MODEL_CALL, RetryPolicy
 
 if TYPE_CHECKING:
     import openai
+    from tenacity import RetryCallState
 
 logger = logging.getLogger(__name__)
 
-#: How many attempts a transient failure gets in total.
-MAX_TRIES = 3
 #: The answer cap when neither the caller nor ``agent_max_output_tokens`` gives one.
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 #: Models that refuse ``max_tokens`` and want ``max_completion_tokens`` (OpenAI reasoning models).
 _COMPLETION_TOKENS_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
 
-def backoff_delay(attempt: int, retry_after: float | None, base: float = 0.5, cap: float = 20.0) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): ``Retry-After`` if given, else jittered exponential."""
-    if retry_after is not None:
-        return max(retry_after, 0.0)
-    return min(cap, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, TransientLLMError)
 
 
-async def with_retries(call, *, tries: int = MAX_TRIES, sleep=asyncio.sleep, base_delay: float = 0.5,
-                       deadline: float | None = None, retryable=lambda: True):
-    """Run ``call()`` up to ``tries`` times, retrying :class:`TransientLLMError` with backoff.
-
-    A wait that would end after ``deadline`` seconds (from the first try) is not taken: the error is
-    raised at once, so a long ``Retry-After`` never keeps a user waiting past the turn's limit.
-    ``retryable()`` false also stops the retries (a stream that has already shown text).
-    """
-    started = time.monotonic()
-    for attempt in range(1, tries + 1):
-        try:
-            return await call()
-        except TransientLLMError as exc:
-            if attempt == tries or not retryable():
-                raise
-            delay = backoff_delay(attempt, exc.retry_after, base=base_delay)
-            if deadline is not None and time.monotonic() - started + delay > deadline:
-                logger.warning("model call failed (%s); a retry in %.1fs would pass the deadline", exc, delay)
-                raise
-            logger.warning("model call failed (%s), retry %d/%d in %.1fs", exc, attempt, tries - 1, delay)
-            await sleep(delay)
-    raise AssertionError("unreachable")
+def _log_retry(state: RetryCallState) -> None:
+    logger.warning("model call failed (%s), retry %d in %.1fs", state.outcome.exception(), state.attempt_number,
+                   state.upcoming_sleep)
 
 
 def token_param(model: str) -> str:
@@ -96,7 +72,7 @@ class OpenAILLM:
         retry_base_delay: float = 0.5,
         azure_api_version: str = "",
         max_output_tokens: int = 0,
-        deadline: float | None = 45.0,
+        deadline: float | None = MODEL_CALL.deadline,
         http_client: Any = None,
     ) -> None:
         self.model = model
@@ -104,10 +80,9 @@ class OpenAILLM:
         self.base_url = base_url.rstrip("/")
         self.azure_api_version = azure_api_version
         self.timeout = timeout
-        self.retry_base_delay = retry_base_delay
         self.max_output_tokens = max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
-        #: total seconds a call may spend waiting between retries (see :func:`with_retries`)
-        self.deadline = deadline
+        #: how transient failures are retried: no retry whose wait would end ``deadline`` s after the first try
+        self.retry = MODEL_CALL.but(first=retry_base_delay, deadline=deadline)
         self._http_client = http_client
         self._client: openai.AsyncOpenAI | None = None
         #: models whose server refused tools: their requests go without tools from then on
@@ -154,18 +129,21 @@ class OpenAILLM:
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        retry: RetryPolicy | None = None,
     ) -> LLMResponse:
-        """Send one request, retrying transient failures; a server that refuses tools is asked without."""
+        """Send one request, retrying transient failures (``retry``, else the client's policy); a server that
+        refuses tools is asked without."""
         model = model or self.model
         body = self._body(messages, tools, model, temperature, max_tokens)
+        policy = retry or self.retry
         try:
-            return await self._retrying(lambda: self._once(body, model))
+            return await policy.call(self._once, body, model, retry_on=_transient, before_sleep=_log_retry)
         except ToolsUnsupportedError:
             if "tools" not in body:
                 raise
             self._drop_tools(model)
             body.pop("tools")
-            return await self._retrying(lambda: self._once(body, model))
+            return await policy.call(self._once, body, model, retry_on=_transient, before_sleep=_log_retry)
 
     async def stream(
         self,
@@ -196,9 +174,8 @@ class OpenAILLM:
 
         while True:
             try:
-                return await with_retries(lambda: self._stream_once(body, model, show),
-                                          base_delay=self.retry_base_delay, deadline=self.deadline,
-                                          retryable=lambda: not shown)
+                return await self.retry.call(self._stream_once, body, model, show, before_sleep=_log_retry,
+                                             retry_on=lambda exc: _transient(exc) and not shown)
             except ToolsUnsupportedError:
                 if "tools" not in body:
                     raise
@@ -216,9 +193,6 @@ class OpenAILLM:
             logger.warning("the server cannot take tools for model %s: answering without tools from now on",
                            model)
             self.no_tools.add(model)
-
-    def _retrying(self, call):
-        return with_retries(call, base_delay=self.retry_base_delay, deadline=self.deadline)
 
     async def _once(self, body: dict[str, Any], model: str) -> LLMResponse:
         client = self._open()
@@ -301,7 +275,8 @@ NO_MODEL_HINT = (
 class UnconfiguredLLM:
     """Stands in when no key and no custom endpoint are set: every call explains how to configure one."""
 
-    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None) -> LLMResponse:
+    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None,
+                       retry=None) -> LLMResponse:
         """Always raise :class:`NotConfiguredError` with the configuration hint."""
         raise NotConfiguredError(NO_MODEL_HINT)
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from core.retry import RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +72,13 @@ class BaseLLM(Protocol):
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        retry: RetryPolicy | None = None,
     ) -> LLMResponse:
         """Send one chat-completions request and return the answer, or raise an :class:`LLMError`.
 
-        ``max_tokens`` caps the answer; None means the client's own default cap.
+        ``max_tokens`` caps the answer; None means the client's own default cap. The client retries
+        transient failures (:class:`~core.errors.TransientLLMError`) with ``retry``, None meaning its own
+        policy; a caller that owns the retries of its requests passes :data:`core.retry.ONE_TRY`.
         """
         ...
 

@@ -2,8 +2,9 @@
 
 A reply is kept in the message's journal row (``inbox.reply``) before it is sent, and the row is marked
 done only once the channel's ``send`` returned. A send that fails for a reason that passes (a 502, a
-timeout, a flood limit) is retried with backoff, honouring the platform's own delay, until it goes through
-or the bot stops; the row then stays pending with its reply, and the next start sends that reply instead
+timeout, a flood limit the channel's own library did not wait out) is retried by this layer, and by no
+other, with backoff (:data:`core.retry.DELIVERY`), honouring the platform's own delay, until it goes
+through or the bot stops; the row then stays pending with its reply, and the next start sends that reply instead
 of running the turn again (:mod:`dispatcher.resume`). A send the platform refuses for good (the user
 blocked the bot, the chat is gone) is logged and the message marked done: retrying cannot help.
 
@@ -13,29 +14,31 @@ reply is then sent once more after the restart. Platforms offer no idempotency k
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
+from core.retry import DELIVERY, RetryPolicy
 from store.conversations import ConversationStore
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
-#: The longest wait between two tries of one send (seconds); the platform's own retry_after may be longer.
-MAX_BACKOFF = 60.0
+logger = logging.getLogger(__name__)
 
 
 class Outbox:
     """Delivers final replies once, durably."""
 
     def __init__(self, store: ConversationStore, channels: Mapping[str, BaseChannel],
-                 send: Callable[[IncomingMessage, str], Awaitable[None]], *, first_delay: float = 1.0) -> None:
+                 send: Callable[[IncomingMessage, str], Awaitable[None]], *, retry: RetryPolicy = DELIVERY) -> None:
         self.store = store
         self.channels = channels
         self._send = send
-        self.first_delay = first_delay
+        #: how a send is retried: until it goes through (the policy's attempts are None)
+        self.retry = retry
 
     async def deliver(self, inbox_id: int | None, msg: IncomingMessage, reply: str, *, kept: bool = False,
                       send: Callable[[IncomingMessage, str], Awaitable[None]] | None = None) -> bool:
@@ -55,30 +58,38 @@ class Outbox:
 
     async def send(self, msg: IncomingMessage, text: str,
                    send: Callable[[IncomingMessage, str], Awaitable[None]] | None = None) -> bool:
-        """Send until accepted (True) or refused for good (False); transient failures are retried."""
-        attempt = 0
-        while True:
-            try:
-                await (send or self._send)(msg, text)
-                if attempt:
-                    logger.info("reply to %s:%s delivered after %d retr%s", msg.channel, msg.chat_id, attempt,
-                                "y" if attempt == 1 else "ies")
-                return True
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the channel says whether it passes
-                channel = self.channels.get(msg.channel)
-                delay = channel.retry_delay(exc, attempt) if channel is not None else None
-                if delay is None:
-                    logger.error("reply to %s:%s refused for good (%s: %s); not retried", msg.channel,
-                                 msg.chat_id, type(exc).__name__, exc)
-                    return False
-                # The platform's own delay (retry_after) is honoured even when it is longer than the cap.
-                delay = max(delay, min(MAX_BACKOFF, self.first_delay * 2 ** min(attempt, 10)))
-                attempt += 1
-                logger.warning("reply to %s:%s failed (%s: %s); try %d in %.1f s", msg.channel, msg.chat_id,
-                               type(exc).__name__, exc, attempt + 1, delay)
-                await asyncio.sleep(delay)
+        """Send until accepted (True) or refused for good (False); transient failures are retried.
+
+        The channel says which failures pass and how long the platform asked to wait
+        (:meth:`BaseChannel.retry_delay`); otherwise the policy's backoff decides the wait.
+        """
+        channel = self.channels.get(msg.channel)
+        tries = 0
+
+        async def once() -> None:
+            nonlocal tries
+            tries += 1
+            await (send or self._send)(msg, text)
+
+        def asked(exc: BaseException) -> float | None:
+            return channel.retry_delay(exc, tries - 1) if channel is not None else None
+
+        def log(state: RetryCallState) -> None:
+            exc = state.outcome.exception()
+            logger.warning("reply to %s:%s failed (%s: %s); try %d in %.1f s", msg.channel, msg.chat_id,
+                           type(exc).__name__, exc, state.attempt_number + 1, state.upcoming_sleep)
+
+        try:
+            await self.retry.call(once, retry_on=lambda exc: asked(exc) is not None,
+                                  hint=lambda exc: asked(exc) or None, before_sleep=log)
+        except Exception as exc:  # noqa: BLE001 - the channel said retrying cannot help
+            logger.error("reply to %s:%s refused for good (%s: %s); not retried", msg.channel, msg.chat_id,
+                         type(exc).__name__, exc)
+            return False
+        if tries > 1:
+            logger.info("reply to %s:%s delivered after %d retr%s", msg.channel, msg.chat_id, tries - 1,
+                        "y" if tries == 2 else "ies")
+        return True
 
     async def _keep(self, inbox_id: int, reply: str) -> None:
         try:

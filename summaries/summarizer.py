@@ -11,8 +11,9 @@ A job covers the messages ``from_seq..through_seq`` of a session that left its c
 4. The summary model (no tools, temperature 0, ``summary_model`` or ``model``) reads the messages' transcript
    in as many calls as its window needs (:mod:`summaries.parts`: parts of at most 40% of the window,
    merged; an overflow splits further), each answer capped. The earlier summary is not sent: the result
-   holds what is new in these turns. Failures of one call are retried after ``retry_delays``; then a
-   rule-based fallback (see :mod:`summaries.text`) is used.
+   holds what is new in these turns. A failed call is retried here, and only here (at most 3 model calls
+   per request: :data:`core.retry.SUMMARY_CALL`, the client trying once); then a rule-based fallback
+   (see :mod:`summaries.text`) is used.
 5. The summary check (:mod:`summaries.facts`): facts of the users' texts that the summary lost are appended
    as verbatim ``- (kept) …`` lines; the share kept is logged and remembered for ``/context``.
 6. The result (lines the rolling summary already holds left out) is appended to the session's daily
@@ -36,11 +37,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from core.errors import AuthLLMError, ContextOverflowError, NotConfiguredError
+from core.errors import AuthLLMError, ContextOverflowError, ModelNotFoundError, NotConfiguredError, QuotaLLMError
 from core.llm import BaseLLM
 from core.records import SessionRecord
+from core.retry import ONE_TRY, SUMMARY_CALL, RetryPolicy
 from core.workers import KeyedWorkers
 from memory.daily import DailyMemory, OnWritten, notify_written
 from store.conversations import ConversationStore
@@ -59,11 +61,14 @@ from summaries.text import (
     user_texts,
 )
 
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
 logger = logging.getLogger(__name__)
 
 REASONS = frozenset({"trim", "restore", "overflow", "clear", "compact"})
 #: Errors retrying cannot fix: go straight to the fallback.
-_PERMANENT = (NotConfiguredError, AuthLLMError)
+_PERMANENT = (NotConfiguredError, AuthLLMError, QuotaLLMError, ModelNotFoundError)
 #: The window assumed when no window function is given (tests and tools built without app.py).
 DEFAULT_WINDOW = 128_000
 #: A summary answer is capped at this many tokens (and never more than its request leaves of the window).
@@ -95,6 +100,9 @@ class LiveStates(Protocol):
     """The loaded session contexts (agent.session.LiveSessions)."""
 
     def peek(self, session_id: str) -> LiveState | None: ...
+def _retryable(exc: BaseException) -> bool:
+    """An overflow splits the text further; a refused key, quota or model needs an operator, not a retry."""
+    return not isinstance(exc, (ContextOverflowError, *_PERMANENT))
 
 
 @dataclass(eq=False)
@@ -145,7 +153,7 @@ class Summarizer:
         config: Callable[[], Any],
         sessions: LiveStates | None,
         daily: DailyMemory,
-        retry_delays: tuple[float, ...] = (1.0, 4.0),
+        retry: RetryPolicy = SUMMARY_CALL,
         concurrency: int = 4,
         on_written: OnWritten | None = None,
         counter: Callable[[str], Callable[[str], int]] | None = None,
@@ -160,7 +168,8 @@ class Summarizer:
         self.daily = daily
         #: told when a summary becomes a session's injected summary (kind "injected"); may be set later
         self.on_written = on_written
-        self.retry_delays = tuple(retry_delays)
+        #: how one summary request is retried (this layer owns it; the client tries once)
+        self.retry = retry
         #: ``counter(model)`` is that model's token count function (app.py passes the agent's tokenizer)
         self.counter = counter or (lambda model: rough_tokens)
         #: ``window(model)`` is that model's context window (app.py: agent/tokens.py's table and the config)
@@ -402,30 +411,31 @@ class Summarizer:
 
     async def _call_part(self, job: _Job, request: list[dict[str, Any]], model: str, window: int,
                          count: Callable[[str], int]) -> str:
-        """One summary request, retried after transient failures; "" for "none".
+        """One summary request, tried as :attr:`retry` says; "" for "none".
 
-        An overflow is raised at once: the caller splits the text further rather than send it again.
+        This layer owns the retries of summary requests: each try is journalled and is one model call
+        (the client is asked for one try), so a part costs at most ``retry.attempts`` calls. An overflow is
+        raised at once (the caller splits the text further rather than send it again), and so is an error
+        that retrying cannot fix.
         """
         asked = sum(count(m["content"]) for m in request) + REQUEST_FRAMING_TOKENS
         cap = max(16, min(SUMMARY_ANSWER_TOKENS, window - int(asked * 1.2)))
-        tries = 1 + len(self.retry_delays)
-        for attempt in range(1, tries + 1):
+
+        async def once() -> str:
             await self.store.count_summary_attempt(job.id)
-            try:
-                response = await self.llm.complete(request, tools=None, model=model, temperature=0, max_tokens=cap)
-                text = (response.content or "").strip()
-                if not text:
-                    raise ValueError("the model returned an empty summary")
-                return "" if is_none(text) else text
-            except ContextOverflowError:
-                raise
-            except Exception as exc:
-                logger.warning("summary job %d (session %s): attempt %d/%d failed: %s", job.id, job.session_id,
-                               attempt, tries, exc)
-                if isinstance(exc, _PERMANENT) or attempt == tries:
-                    raise
-                await asyncio.sleep(self.retry_delays[attempt - 1])
-        raise AssertionError("unreachable")
+            response = await self.llm.complete(request, tools=None, model=model, temperature=0, max_tokens=cap,
+                                               retry=ONE_TRY)
+            text = (response.content or "").strip()
+            if not text:
+                raise ValueError("the model returned an empty summary")
+            return "" if is_none(text) else text
+
+        def log(state: RetryCallState) -> None:
+            logger.warning("summary job %d (session %s): attempt %d/%s failed (%s); retry in %.1fs", job.id,
+                           job.session_id, state.attempt_number, self.retry.attempts, state.outcome.exception(),
+                           state.upcoming_sleep)
+
+        return await self.retry.call(once, retry_on=_retryable, before_sleep=log)
 
     # --- injection ---------------------------------------------------------------------------
     def _state(self, session_id: str) -> LiveState | None:

@@ -18,8 +18,12 @@ An update PTB cannot parse (a Bot API change, a broken proxy) is logged once, by
 updates after it are taken as usual. Messages sent by bots are marked ``is_from_bot`` and so ignored.
 
 Replies are split at Telegram's 4,096-character limit, rendered from Markdown to Telegram HTML, and
-resent as plain text when Telegram rejects the markup. A rejected token or an unreachable API leaves the
-channel inactive with one log line, so the other channels keep running.
+resent as plain text when Telegram rejects the markup (:func:`send_or_edit_html`, for sends and edits).
+A flood limit (429 ``RetryAfter``) is waited out by python-telegram-bot's ``AIORateLimiter``, which
+retries the call after the wait Telegram asked for (:data:`core.retry.FLOOD_LIMIT`) and holds the bot's
+other calls meanwhile; a send that still fails is retried by the outbox (``dispatcher/outbox.py``). A
+rejected token or an unreachable API leaves the channel inactive with one log line, so the other channels
+keep running.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Message, ReplyParameters, Update
@@ -47,8 +52,10 @@ from channels.telegram.request import AiohttpRequest
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks
 from channels.telegram.webhook import WebhookServer
 from core.messages import IncomingMessage, ReplyStream
+from core.retry import FLOOD_LIMIT
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Opt in to PTB 23's timedelta durations now: PTB 22.2+ otherwise warns on every flood-control error
 # (``RetryAfter``), even from inside its own constructor.
@@ -202,8 +209,15 @@ class TelegramChannel(BaseChannel):
                                          write_timeout=10, pool_timeout=10)
         updates_request.before_poll = self._batch_journalled
         return ExtBot(self.config.telegram_bot_token, base_url=self.base_url, base_file_url=self.base_file_url,
-                      request=request, get_updates_request=updates_request,
-                      rate_limiter=AIORateLimiter() if self.config.telegram_rate_limit else None)
+                      request=request, get_updates_request=updates_request, rate_limiter=self._rate_limiter())
+
+    def _rate_limiter(self) -> AIORateLimiter:
+        """PTB's limiter: Telegram's pace (``telegram_rate_limit``), and a flood limit's wait honoured and the
+        call retried (:data:`core.retry.FLOOD_LIMIT`) either way; a self-hosted server is not paced."""
+        retries = FLOOD_LIMIT.attempts - 1
+        if self.config.telegram_rate_limit:
+            return AIORateLimiter(max_retries=retries)
+        return AIORateLimiter(overall_max_rate=0, group_max_rate=0, max_retries=retries)
 
     async def start_intake(self) -> bool:
         """Start receiving: long polling, or the webhook server and ``setWebhook``. True when it runs; a failure
@@ -359,33 +373,17 @@ class TelegramChannel(BaseChannel):
     async def send_piece(self, bot: ExtBot, chat_id: int, source: str, rendered: str | None,
                          kwargs: dict[str, Any]) -> Message:
         """Send one message: as HTML when ``rendered`` is given and Telegram takes it, else ``source`` plain."""
-        if rendered is not None:
-            try:
-                return await self._send_one(bot, chat_id, rendered, ParseMode.HTML, kwargs)
-            except BadRequest as exc:
-                if "parse entities" not in str(exc).lower():
-                    raise
-                logger.warning("telegram: markup rejected (%s); sending plain text", exc)
-        return await self._send_one(bot, chat_id, source, None, kwargs)
 
-    async def _send_one(self, bot: ExtBot, chat_id: int, text: str, parse_mode: str | None,
-                        kwargs: dict[str, Any]) -> Message:
-        for attempt in range(3):
+        async def send(text: str, parse_mode: str | None) -> Message:
             try:
                 return await bot.send_message(chat_id, text, parse_mode=parse_mode, **kwargs)
-            except RetryAfter as exc:
-                if attempt == 2:
+            except BadRequest as exc:  # the message to answer is gone: send it without the reference
+                if "reply" not in str(exc).lower() or "reply_parameters" not in kwargs:
                     raise
-                seconds = retry_seconds(exc)
-                self.hold_chat(chat_id, seconds)
-                logger.warning("telegram: flood limit, retrying in %.0fs", seconds)
-                await asyncio.sleep(min(seconds, 60.0))
-            except BadRequest as exc:
-                if "reply" in str(exc).lower() and "reply_parameters" in kwargs:
-                    kwargs = {k: v for k, v in kwargs.items() if k != "reply_parameters"}
-                    continue
-                raise
-        raise AssertionError("unreachable")
+            plain = {k: v for k, v in kwargs.items() if k != "reply_parameters"}
+            return await bot.send_message(chat_id, text, parse_mode=parse_mode, **plain)
+
+        return await send_or_edit_html(send, source, rendered)
 
     # --- streamed replies ----------------------------------------------------------------------
     def open_stream(self, to: IncomingMessage) -> ReplyStream | None:
@@ -436,6 +434,20 @@ class TelegramChannel(BaseChannel):
             await bot.send_chat_action(int(to.chat_id), ChatAction.TYPING, message_thread_id=thread)
         except (TelegramError, ValueError) as exc:
             logger.debug("telegram: typing action failed: %s", exc)
+
+
+async def send_or_edit_html(call: Callable[[str, str | None], Awaitable[T]], source: str,
+                            rendered: str | None) -> T:
+    """``call(rendered, HTML)``; when there is no ``rendered`` HTML or Telegram rejects its markup,
+    ``call(source, None)``: the text as plain text. Used for new messages and for edits alike."""
+    if rendered is not None:
+        try:
+            return await call(rendered, ParseMode.HTML)
+        except BadRequest as exc:
+            if "parse entities" not in str(exc).lower():
+                raise
+            logger.warning("telegram: markup rejected (%s); sending plain text", exc)
+    return await call(source, None)
 
 
 def retry_seconds(exc: RetryAfter) -> float:

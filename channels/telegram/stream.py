@@ -4,11 +4,13 @@ The first message goes out once the answer has :data:`FIRST_CHARS` characters or
 seconds after its first piece, whichever comes first: a short answer that the model writes at once is
 sent whole (one call, one notification with the real text), and a pre-tool remark ("let me check") is
 usually never shown. Then a background pump edits the message to the latest text, as plain text, at
-the chat's pace (:meth:`TelegramChannel.edit_slot`: about once a second; a ``RetryAfter`` holds the chat
-and the skipped edits are simply folded into the next one). Past 4,096 characters the message is
-finished with its formatted text and the answer continues in a new one. :meth:`finish` makes the last
-edit with formatting (HTML, or plain text where Telegram rejects the markup), and sends what does not
-fit as further messages.
+the chat's pace (:meth:`TelegramChannel.edit_slot`: about once a second). A flood limit is waited out
+and the call retried by python-telegram-bot's ``AIORateLimiter`` (see :mod:`channels.telegram.channel`);
+one that outlasts its retries holds the chat, and the skipped edits are simply folded into the next one.
+Past 4,096 characters the message is finished with its formatted text and the answer continues in a new
+one. :meth:`finish` makes the last edit with formatting (HTML, or plain text where Telegram rejects the
+markup: :func:`~channels.telegram.channel.send_or_edit_html`), and sends what does not fit as further
+messages; a final edit that still fails goes back to the outbox, which tries it again.
 
 Every Bot API call of a stream happens under its lock, so the pump and :meth:`finish` never race for
 the message id; the pump is only cancelled between calls, and never awaited while the lock is held.
@@ -21,10 +23,9 @@ import contextlib
 import logging
 from typing import Any
 
-from telegram.constants import ParseMode
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from channels.telegram.channel import TelegramChannel, retry_seconds
+from channels.telegram.channel import TelegramChannel, retry_seconds, send_or_edit_html
 from channels.telegram.markdown import escape
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks, render_piece, utf16_len
 from core.messages import IncomingMessage, ReplyStream
@@ -34,8 +35,6 @@ logger = logging.getLogger(__name__)
 #: The first message waits for this many characters, or :data:`FIRST_HOLD` seconds after the first piece.
 FIRST_CHARS = 40
 FIRST_HOLD = 0.5
-#: How often a final edit is tried under ``RetryAfter`` before its text is sent as a new message.
-FINAL_TRIES = 3
 
 
 class TelegramReplyStream(ReplyStream):
@@ -188,27 +187,13 @@ class TelegramReplyStream(ReplyStream):
             return
         if self._final_on_screen(source, rendered):
             rendered = None  # no markup at all: the plain text on screen is already final
+
+        async def edit(text: str, parse_mode: str | None) -> None:
+            if parse_mode is not None or text != self.shown:
+                await self._edit(text, parse_mode)
+
         try:
-            for attempt in range(1, FINAL_TRIES + 1):
-                try:
-                    if rendered is not None:
-                        try:
-                            await self._edit(rendered, ParseMode.HTML)
-                            break
-                        except BadRequest as exc:
-                            if "parse entities" not in str(exc).lower():
-                                raise
-                            logger.warning("telegram: markup rejected (%s); keeping plain text", exc)
-                    if source != self.shown:
-                        await self._edit(source, None)
-                    break
-                except RetryAfter as exc:
-                    seconds = retry_seconds(exc)
-                    self.channel.hold_chat(self.chat_id, seconds)
-                    if attempt == FINAL_TRIES:
-                        raise
-                    logger.warning("telegram: flood limit, final edit in %.0fs", seconds)
-                    await asyncio.sleep(min(seconds, 60.0))
+            await send_or_edit_html(edit, source, rendered)
         except BadRequest as exc:  # the message is gone (deleted by the user): send the text anew
             logger.warning("telegram: could not edit a streamed reply (%s); sending it as a new message", exc)
             await self.channel.send_piece(self._bot(), self.chat_id, source, rendered, self._kwargs())

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.llm import OpenAILLM, backoff_delay, with_retries
+from agent.llm import OpenAILLM
 from agent.provider_errors import is_overflow
 from core.errors import (
     AuthLLMError,
@@ -18,6 +18,7 @@ from core.errors import (
     OtherLLMError,
     TransientLLMError,
 )
+from core.retry import MODEL_CALL
 
 
 class Script:
@@ -110,7 +111,8 @@ async def test_429_honours_retry_after():
             raise TransientLLMError("rate limited", status=429, retry_after=7.0)
         return "ok"
 
-    assert await with_retries(call, sleep=fake_sleep) == "ok"
+    retrying = MODEL_CALL.retrying(lambda exc: isinstance(exc, TransientLLMError), sleep=fake_sleep)
+    assert await retrying(call) == "ok"
     assert sleeps == [7.0, 7.0]
 
 
@@ -251,10 +253,10 @@ def test_is_overflow_rules():
 
 
 def test_backoff_delay_grows_and_caps():
-    assert 0.25 <= backoff_delay(1, None) <= 0.5
-    assert 1.0 <= backoff_delay(3, None) <= 2.0
-    assert backoff_delay(10, None) <= 20.0
-    assert backoff_delay(1, 3.0) == 3.0
+    assert 0.25 <= MODEL_CALL.delay(1, None) <= 0.5
+    assert 1.0 <= MODEL_CALL.delay(3, None) <= 2.0
+    assert MODEL_CALL.delay(10, None) <= 20.0
+    assert MODEL_CALL.delay(1, 3.0) == 3.0
 
 
 async def test_request_body_and_parsed_answer():

@@ -51,8 +51,9 @@ class FakeLLM:
         """Queue an answer that calls tools."""
         return self.enqueue(list(calls))
 
-    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None) -> LLMResponse:
-        """Record the request and answer from the queue."""
+    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None,
+                       retry=None) -> LLMResponse:
+        """Record the request and answer from the queue (one try: a queued error is raised as it is)."""
         self.calls += 1
         if self.record:
             self.history.append(Request(copy.deepcopy(messages), tools, model, temperature, max_tokens))

@@ -19,6 +19,7 @@ from agent.tools.base import ToolContext, ToolRegistry, tool
 from agent.tools.memory_tools import memory_get, memory_search
 from config.settings import Config, ConfigHolder
 from core.errors import NotConfiguredError, TransientLLMError
+from core.retry import SUMMARY_CALL
 from memory.daily import DailyMemory
 from store.conversations import ConversationStore, SessionInfo
 from store.models import SummaryJobRow
@@ -49,7 +50,7 @@ class World:
         self.llm = summary_llm
         live = LiveSessions()
         self.summarizer = Summarizer(store=self.store, llm=summary_llm, config=self.config, sessions=live,
-                                     daily=self.daily, retry_delays=(0.0, 0.0))
+                                     daily=self.daily, retry=SUMMARY_CALL.but(first=0.0))
         self.sessions = SessionManager(self.store, self.config, self.summarizer, live=live)
 
     async def open(self) -> World:
@@ -233,7 +234,7 @@ async def test_fallback_after_retries_is_written_and_injected_exactly(world):
         "# Daily Memory: 2026-03-01\n\n## Trimmed Context (14:05)\n\n"
         "- (fallback) What is the plan? Details follow → We ship on Friday.\n"
         f"- (fallback) ok → {'x' * 200} [… 100 more characters]\n")
-    assert len(world.llm.history) == 3  # one try and the two retries of retry_delays
+    assert len(world.llm.history) == 3  # one try and the two retries of SUMMARY_CALL
     assert await world.job_rows() == [("trim", "done", 3)]
     record = await world.store.get_session(A.session_id)
     assert record.summary.startswith("- (fallback) What is the plan?") and record.summary_turns == 2
@@ -407,7 +408,8 @@ class GaugeLLM(FakeLLM):
         self.peak_per_session = 0
         self.order: list[str] = []
 
-    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None):
+    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None,
+                       retry=None):
         text = messages[1]["content"].rsplit("User: ", 1)[1]
         session = text.split()[0]
         self.order.append(text.split("\n")[0])

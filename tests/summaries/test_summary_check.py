@@ -133,7 +133,8 @@ class WindowModel(FakeLLM):
         self.window = window
         self.sizes: list[tuple[int, int]] = []
 
-    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None):
+    async def complete(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None,
+                       retry=None):
         size = sum(rough_tokens(m["content"]) for m in messages) + 16
         self.sizes.append((size, max_tokens))
         if size + (max_tokens or 0) > self.window:
