@@ -45,12 +45,6 @@ logger = logging.getLogger(__name__)
 SWEEP_INTERVAL = 2.0
 
 
-class Poke:
-    """A work item that only asks its session's worker to run a claimed run."""
-
-    __slots__ = ()
-
-
 def session_lock(session_id: str) -> str:
     """The lock name that makes one process the answerer of a session."""
     return f"session:{session_id}"

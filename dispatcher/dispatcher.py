@@ -2,7 +2,7 @@
 
 :mod:`dispatcher.intake` decides whether the bot acts (triggers, whitelist, dedup) and what the journal
 stores; :mod:`dispatcher.identity` names the session (DESIGN §1.3). Each message is journalled in the
-``inbox`` table before it is queued on its session's worker (:class:`core.workers.KeyedWorkers`), so one
+``inbox`` table before it is queued on its session's worker (:class:`dispatcher.queue.SessionQueue`), so one
 session runs one turn at a time, in arrival order, while sessions run concurrently up to
 ``max_concurrent_turns``. :mod:`dispatcher.handlers` runs a command or the agent; :mod:`dispatcher.resume`
 requeues what a crash left unanswered (live intake is held until it has); :mod:`dispatcher.replies` holds
@@ -29,17 +29,18 @@ from agent.loop import Agent
 from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
-from core.workers import KeyedWorkers
 from dispatcher.admins import Admins
 from dispatcher.background import GroupBackground
-from dispatcher.claims import Poke, SessionClaims, session_lock
+from dispatcher.claims import SessionClaims, session_lock
 from dispatcher.commands import CommandRegistry
 from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journalled, wait_for_database
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, evaluate, journal_payload
+from dispatcher.intake import RecentIds, WorkItem, evaluate
+from dispatcher.journal import JournalWriter
 from dispatcher.outbox import Outbox
+from dispatcher.queue import Poke, SessionQueue
 from dispatcher.replies import (
     STILL_WORKING_AFTER,
     TEXT_ONLY_REPLY,
@@ -84,10 +85,7 @@ class Dispatcher:
         self.hooks = hooks or MessageHooks()
         self.channels: dict[str, BaseChannel] = {}
         self.admins = admins or Admins(store, config, shared=self.locks.shared)
-        # The slot bounds the turns' work (model calls, tools), not the delivery of their replies: a send
-        # waits on the channel's own connection pool and rate limits. So _process takes it itself.
-        self._workers: KeyedWorkers[WorkItem | Poke] = KeyedWorkers(
-            self._process_queued, concurrency=config().max_concurrent_turns, hold_slot=False, name="session")
+        self.queue = SessionQueue(self._process_queued, config().max_concurrent_turns)
         self.outbox = Outbox(store, self.channels, self.send)
         #: seconds before a turn without an answer gets the "still working" note
         self.still_working_after = STILL_WORKING_AFTER
@@ -95,16 +93,11 @@ class Dispatcher:
         self.recent = RecentIds()
         #: what groups say without asking the bot (DESIGN §1.3)
         self.background = GroupBackground(store)
-        self._late: set[asyncio.Future] = set()
-        #: per session: items queued or running whose turn may still append messages
-        self._turns: dict[str, int] = {}
         self._stopping = False
         #: while not None, live messages are journalled but wait here until crash resume has queued the
         #: journal's unanswered ones
         self._held: list[WorkItem] | None = None
-        #: journal writes in flight, and per session the last one (a session's writes run in arrival order)
-        self._recording: set[asyncio.Future] = set()
-        self._last_record: dict[str, asyncio.Future] = {}
+        self.journal = JournalWriter(store, sessions, lambda: self.hooks, self._journalled_here)
 
     # --- wiring --------------------------------------------------------------------------
     def add_channel(self, channel: BaseChannel) -> None:
@@ -118,7 +111,7 @@ class Dispatcher:
     @property
     def busy(self) -> bool:
         """True while any session has queued or running work."""
-        return self._workers.busy()
+        return self.queue.busy()
 
     @property
     def shared(self) -> bool:
@@ -138,11 +131,11 @@ class Dispatcher:
 
     def session_busy(self, session_id: str) -> bool:
         """True while the session has queued or running work here."""
-        return self._workers.busy(session_id)
+        return self.queue.busy(session_id)
 
     def poke(self, session_id: str) -> None:
         """Queue a claimed run of the session (several processes): its unanswered messages get answered."""
-        self._workers.submit(session_id, Poke())
+        self.queue.poke(session_id)
 
     # --- intake --------------------------------------------------------------------------
     async def handle(self, msg: IncomingMessage) -> bool:
@@ -191,21 +184,15 @@ class Dispatcher:
         # With other processes, another one may be in this session's turn: the user message waits for its own.
         item.store_with_intake = (command is None and msg.content_type == "text" and not self._stopping
                                   and not self.shared
-                                  and self._held is None and not self._turns.get(info.session_id))
-        sid = info.session_id
-        item.recorded = recorded = asyncio.ensure_future(self._record(item, self._last_record.get(sid)))
-        self._last_record[sid] = recorded
-        self._recording.add(recorded)
-        recorded.add_done_callback(lambda f: self._recorded(sid, f))
+                                  and self._held is None and not self.queue.appending(info.session_id))
+        # Shutting down: journal it (the platform will not deliver it again) and answer after the restart.
+        self.journal.write(item, late=self._stopping)
         if self._stopping:
-            # Shutting down: journal it (the platform will not deliver it again) and answer after the restart.
-            self._late.add(item.recorded)
-            item.recorded.add_done_callback(self._late_recorded)
             return item
         if self._held is not None:
             self._held.append(item)
             return item
-        self._enqueue(item)
+        self.queue.enqueue(item)
         return item
 
     def _keep_background(self, msg: IncomingMessage, text: str) -> None:
@@ -213,53 +200,18 @@ class Dispatcher:
         if not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
             self.background.keep(msg, text)
 
-    def _late_recorded(self, future: asyncio.Future) -> None:
-        """A journal write during shutdown has no worker to report its failure: log it here."""
-        self._late.discard(future)
-        if not future.cancelled() and future.exception() is not None:
-            logger.error("could not journal a message received during shutdown", exc_info=future.exception())
-
-    def _recorded(self, session_id: str, future: asyncio.Future) -> None:
-        self._recording.discard(future)
-        if self._last_record.get(session_id) is future:
-            del self._last_record[session_id]
-
     async def intake_settled(self) -> None:
         """Wait until every message taken so far is journalled (or refused by the database).
 
         A channel awaits this before it confirms messages to its platform (Telegram's next getUpdates
         offset): confirmed but not yet journalled, a message would be lost by a crash.
         """
-        while self._recording:
-            # asyncio.wait, not gather: a caller cancelled while it waits must not cancel the journal writes.
-            await asyncio.wait(set(self._recording))
+        await self.journal.settled()
 
-    async def _record(self, item: WorkItem, after: asyncio.Future | None = None) -> tuple[int, int | None] | None:
-        if after is not None:
-            # Journal ids follow a session's arrival order, so that crash resume answers in that order: on
-            # PostgreSQL, concurrent writes would take ids in the order they reach the INSERT.
-            await asyncio.wait([after])
-        # A session not in memory may not exist yet: the journal entry creates it in the same transaction.
-        new = item.info if self.sessions.peek(item.info.session_id) is None else None
-        if item.store_with_intake:
-            text = await self.hooks.before_agent(item.message, item.text)
-            if text is None:
-                item.skipped = True
-            else:
-                item.user_message = {"role": "user", "content": text}
-        recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
-                                                    item.info.session_id, journal_payload(item.message, item.command),
-                                                    item.user_message, new)
-        if recorded is not None:
-            item.inbox_id, item.user_seq = recorded
-            if self.claimed(item.message.channel):
-                self.claims.local[item.inbox_id] = item
-        return recorded
-
-    def _enqueue(self, item: WorkItem) -> None:
-        sid = item.info.session_id
-        self._turns[sid] = self._turns.get(sid, 0) + 1
-        self._workers.submit(sid, item)
+    def _journalled_here(self, item: WorkItem) -> None:
+        """A journalled item of a claimed channel is answered by this process's claimed run unless taken over."""
+        if item.inbox_id is not None and self.claimed(item.message.channel):
+            self.claims.local[item.inbox_id] = item
 
     # --- crash resume --------------------------------------------------------------------
     def hold_intake(self) -> None:
@@ -286,12 +238,12 @@ class Dispatcher:
             if own:
                 async for item in pending_items(self.store, self.config(), own, self.recent, live_ids,
                                                 skip=set(self.channels) - set(own)):
-                    self._enqueue(item)
+                    self.queue.enqueue(item)
                     count += 1
         finally:
             held, self._held = self._held, None
             for item in held or ():
-                self._enqueue(item)  # one that a resumed item answers resolves as a journal duplicate
+                self.queue.enqueue(item)  # one that a resumed item answers resolves as a journal duplicate
         if count:
             logger.info("resuming %d unanswered message(s)", count)
         if self.shared:
@@ -331,7 +283,7 @@ class Dispatcher:
                 return
             await self._process(item)
         finally:
-            self._turn_finished(item)
+            self.queue.turn_finished(item)
             if item.inbox_id is not None:
                 self.claims.local.pop(item.inbox_id, None)
 
@@ -340,22 +292,10 @@ class Dispatcher:
         try:
             await self._process(item)
         finally:
-            self._turn_finished(item)
+            self.queue.turn_finished(item)
 
     async def _journalled(self, item: WorkItem) -> tuple[int, int | None] | None:
-        return await journalled(item, self._record, self.db_retry_delay)
-
-    def _turn_finished(self, item: WorkItem) -> None:
-        """The item will append nothing more to its session (idempotent)."""
-        if item.turn_finished:
-            return
-        item.turn_finished = True
-        sid = item.info.session_id
-        left = self._turns.get(sid, 0) - 1
-        if left > 0:
-            self._turns[sid] = left
-        else:
-            self._turns.pop(sid, None)
+        return await journalled(item, self.journal.record, self.db_retry_delay)
 
     async def _process(self, item: WorkItem) -> None:
         started = time.perf_counter()
@@ -381,7 +321,7 @@ class Dispatcher:
                 outcome = f"error {type(failure).__name__}"
                 reply = error_reply(item.info.session_id, failure, self.config())
                 break
-        self._turn_finished(item)
+        self.queue.turn_finished(item)
         # The message is done only once the platform accepted its reply (dispatcher/outbox.py). A streamed
         # reply's final edit carries the hooked, prefixed text; with nothing shown yet it is one send.
         final = self._final_edit(streamed) if streamed is not None and reply else None
@@ -407,7 +347,7 @@ class Dispatcher:
         streamed: StreamedReply | None = None
         outcome, tool_calls = "ok", 0
         try:
-            async with self._workers.slot():
+            async with self.queue.slot():
                 channel = self.channels.get(item.message.channel)
                 if item.command is None and item.message.content_type == "text":
                     streamed = open_stream(channel, self.config(), item.message)
@@ -423,7 +363,7 @@ class Dispatcher:
                                                              streamed))
                     reply, tool_calls = await run_agent(item, sessions=self.sessions, agent=self.agent,
                                                         store=self.store, hooks=self.hooks, sink=streamed)
-            self._turn_finished(item)
+            self.queue.turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
         except BaseException:
@@ -466,7 +406,7 @@ class Dispatcher:
         """Stop taking messages and wait up to ``grace`` s for queued turns. True if all finished."""
         self._stopping = True
         await self.claims.stop()
-        unfinished = await self._workers.drain(grace)
+        unfinished = await self.queue.drain(grace)
         await self.flush_intake()
         if unfinished:
             logger.warning("%d session(s) still busy at shutdown; their messages resume at next start",
@@ -476,9 +416,8 @@ class Dispatcher:
     async def flush_intake(self) -> None:
         """Wait until messages received during shutdown are journalled."""
         await self.background.flush()
-        if self._late:
-            await asyncio.gather(*set(self._late), return_exceptions=True)
+        await self.journal.flush_late()
 
     async def wait_idle(self) -> None:
         """Wait until no session has queued or running work."""
-        await self._workers.wait_idle()
+        await self.queue.wait_idle()

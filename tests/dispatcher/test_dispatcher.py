@@ -102,9 +102,9 @@ async def test_submit_queues_each_session_in_arrival_order_without_waiting(tmp_p
             # through the channel, as add_channel wired it: the dispatcher's synchronous submit
             bot.channel.deliver_nowait(bot.channel.message(f"a{i}", chat_id="1", user_id="1"))
             bot.channel.deliver_nowait(bot.channel.message(f"b{i}", chat_id="2", user_id="2"))
-        workers = bot.dispatcher._workers
-        assert sorted(workers.keys()) == ["telegram:1", "telegram:2"]  # queued before any await
-        assert [i.text for i in workers.items("telegram:1")] == [f"a{i}" for i in range(5)]
+        queue = bot.dispatcher.queue
+        assert sorted(queue.sessions()) == ["telegram:1", "telegram:2"]  # queued before any await
+        assert [i.text for i in queue.queued("telegram:1")] == [f"a{i}" for i in range(5)]
         await bot.dispatcher.wait_idle()
         a = [t for m, t in bot.channel.sent if m.chat_id == "1"]
         b = [t for m, t in bot.channel.sent if m.chat_id == "2"]
@@ -347,11 +347,11 @@ async def test_a_failed_journal_write_during_shutdown_is_logged(tmp_path, caplog
         await bot.dispatcher.drain(5)
         await bot.store.close()  # the write fails for real
         try:
-            with caplog.at_level(logging.ERROR, logger="dispatcher.dispatcher"):
+            with caplog.at_level(logging.ERROR, logger="dispatcher.journal"):
                 bot.dispatcher.submit(bot.channel.message("late"))
                 await bot.dispatcher.flush_intake()
         finally:
             await bot.store.open()
-    [record] = [r for r in caplog.records if r.name == "dispatcher.dispatcher"]
+    [record] = [r for r in caplog.records if r.name == "dispatcher.journal"]
     assert record.getMessage() == "could not journal a message received during shutdown"
     assert record.exc_info is not None and str(record.exc_info[1]) == "store is not open"
