@@ -29,6 +29,7 @@ from bootstrap.preflight import (
     channel_problems,
     check_channels,
     check_data_dir,
+    check_database,
     lock_database,
     probe_model_endpoint,
     setup_logging,
@@ -393,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_data_dir(cfg)
         lock_database(cfg)
+        check_database(cfg)
         check_channels(cfg)
         window_note = check_context_window(cfg.model, cfg.model_context_window) if cfg.model_configured else None
     except SetupError as exc:

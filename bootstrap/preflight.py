@@ -167,6 +167,32 @@ def check_data_dir(cfg: Config) -> None:
                          "fix its permissions or set data_dir in config.json to a folder you can write") from None
 
 
+#: Seconds the start-up check waits for PostgreSQL to answer (an address that drops packets never refuses).
+DATABASE_CONNECT_SECONDS = 5
+
+
+def check_database(cfg: Config) -> None:
+    """For PostgreSQL: connect once, and raise :class:`SetupError` naming the database (password hidden) and the
+    driver's reason when it cannot be reached. SQLite needs no check: the data folder check covers its file."""
+    url = cfg.database_url()
+    if not url.startswith("postgresql"):
+        return
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": DATABASE_CONNECT_SECONDS})
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise SetupError(f"the database {database_label(cfg)} cannot be reached ({reason}); check that PostgreSQL "
+                         "is running there and that db_url in config.json is right") from None
+    finally:
+        engine.dispose()
+
+
 def channel_problems(cfg: Config) -> dict[str, str]:
     """The configured channels that cannot run, each with the reason."""
     problems = {}
@@ -225,8 +251,6 @@ async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return None
-
-
 
 
 #: The SQLite database file each process holds open, with its lock (kept for the process's life).
