@@ -22,6 +22,7 @@ from agent.loop import Agent
 from agent.session import SessionManager
 from agent.tokens import check_context_window, context_window
 from agent.tools.base import ToolRegistry
+from bootstrap.first_run import create_config
 from bootstrap.preflight import (
     SETUP_ERROR,
     Redactor,
@@ -42,6 +43,7 @@ from config.watch import ConfigWatcher
 from core.errors import ConfigError
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
+from dispatcher.intake import keeps_no_secret
 from dispatcher.leader import Leadership
 from memory.daily import DailyMemory
 from plugins.manager import install as install_plugins
@@ -186,6 +188,7 @@ class App:
             if channel.name == "terminal":
                 channel.banner = start_banner(cfg)
                 channel.history_path = cfg.data_path() / "terminal_history"
+                channel.keep_in_history = keeps_no_secret
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -385,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         what = "is a folder, not a file" if path.is_dir() else "does not exist"
         print(f"config error: {path} {what}", file=sys.stderr)
         return SETUP_ERROR
+    # a fresh clone has no config.json (git ignores it, so a key typed into it is never committed): write one
+    created = args.config is None and create_config(path)
     notes: list[str] = []
     try:
         cfg = load_config(path, notes=notes)
@@ -405,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         return SETUP_ERROR
     interactive = "terminal" in cfg.channels and stdin_is_terminal()
     redact = setup_logging(cfg, quiet_console=interactive)
+    if created:
+        logger.info("created %s with the default settings (git ignores it)", path)
     for note in [*notes, *([window_note] if window_note else [])]:
         logger.warning("config: %s", note)
     for name, why in channel_problems(cfg).items():

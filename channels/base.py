@@ -131,6 +131,9 @@ class BaseChannel(ABC):
     async def wait_closed(self) -> None:  # noqa: B027 - optional hook
         """Wait until the channel has nothing more to receive (the terminal's EOF)."""
 
+    async def forget_chat(self, chat_id: str) -> None:  # noqa: B027 - optional hook
+        """/forget: delete what the channel itself keeps of a chat (the terminal's line history)."""
+
     @property
     def finite(self) -> bool:
         """True when the channel ends by itself (the terminal at EOF), so the app may exit."""

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,9 @@ class TerminalChannel(BaseChannel):
         self.banner = ""
         #: where line history is kept between runs (None: for this run only)
         self.history_path: Path | None = None
+        #: set by the app: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6
+        self.keep_in_history: Callable[[str], bool] = lambda line: True
+        self._kept: Any = None
         self._task: asyncio.Task | None = None
         self._eof = asyncio.Event()
         self._thinking_until = 0.0
@@ -159,19 +163,20 @@ class TerminalChannel(BaseChannel):
 
     # --- interactive: a prompt_toolkit window ----------------------------------------------------------
     def _history(self) -> Any:
-        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from channels.terminal_history import open_history
 
-        if self.history_path is None:
-            return InMemoryHistory()
-        try:
-            # it holds what the user typed: the owner's eyes only, like the database
-            fd = os.open(self.history_path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
-            os.close(fd)
-            return FileHistory(str(self.history_path))
-        except OSError as exc:
-            logger.warning("terminal history is kept for this run only: cannot write %s (%s)",
-                           self.history_path, exc.strerror or exc)
-            return InMemoryHistory()
+        self._kept = open_history(self.history_path, self.keep_in_history)
+        return self._kept
+
+    async def forget_chat(self, chat_id: str) -> None:
+        """/forget of the terminal's conversation: the line history goes too, file and recall."""
+        if self._kept is not None:
+            self._kept.clear()
+            buffer = getattr(self._session, "default_buffer", None)
+            if buffer is not None:
+                buffer.reset(document=buffer.document)  # what is typed stays; the arrows recall nothing older
+        elif self.history_path is not None and self.history_path.exists():
+            self.history_path.write_bytes(b"")
 
     def _toolbar(self) -> str:
         if self._live_line:

@@ -120,18 +120,31 @@ def background_text(msg: IncomingMessage, cfg: Any, bot_username: str) -> str | 
     return text
 
 
+def secret_free(command: CommandObject) -> str | None:
+    """What may be kept of a command whose arguments hold a secret (DESIGN §1.6), or None when it holds none:
+    of ``/auth <password>`` its name only, of ``/config <secret key> <value>`` (refused) not the value."""
+    if command.command in SECRET_COMMANDS and command.args:
+        return f"/{command.command}"  # never store a password
+    if command.command == "config":
+        argv = command.argv
+        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS:
+            # /config refuses to set a secret, but the value was typed into the chat: never store it.
+            return f"/config {argv[0]} ***"
+    return None
+
+
+def keeps_no_secret(text: str) -> bool:
+    """True when a typed line may be kept as it is (the terminal's line history asks)."""
+    command = parse_command(text)
+    return command is None or secret_free(command) is None
+
+
 def journal_payload(msg: IncomingMessage, command: CommandObject | None) -> dict[str, Any]:
     """What the journal stores of a message: all of it, but only the name of a secret command."""
     payload = msg.to_json()
-    if command is None:
-        return payload
-    if command.command in SECRET_COMMANDS:
-        payload["text"] = f"/{command.command}"  # never store a password
-    elif command.command == "config":
-        argv = command.argv
-        if argv and argv[0].split(".")[0].lower() in SECRET_KEYS:
-            # /config refuses to set a secret, but the value was typed into the chat: never store it.
-            payload["text"] = f"/config {argv[0]} ***"
+    kept = secret_free(command) if command is not None else None
+    if kept is not None:
+        payload["text"] = kept
     return payload
 
 
