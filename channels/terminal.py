@@ -38,6 +38,8 @@ PROMPT = "you> "
 REPLY_PREFIX = "bot> "
 THINKING = "thinking…"
 STOPPING = "stopping…"
+#: Starts the hint shown for a line the bot does not act on.
+HINT_PREFIX = "not answered: "
 #: How long "thinking…" shows without news from the dispatcher (it calls :meth:`typing` every 4 s
 #: while a turn runs), so a message that gets no reply at all does not leave it up for good.
 THINKING_SECONDS = 6.0
@@ -119,6 +121,16 @@ class TerminalChannel(BaseChannel):
             sys.stdout.flush()
         else:
             self._write(text)
+
+    def ignored(self, message: IncomingMessage, reason: str) -> None:
+        """A line the bot does not act on gets a one-line hint, instead of "thinking…" and then nothing."""
+        hint = f"{HINT_PREFIX}{reason}"
+        if self._interactive:
+            self._think(False)
+            sys.stdout.write(hint + "\n")  # above the prompt
+            sys.stdout.flush()
+        else:
+            print(hint, file=sys.stderr, flush=True)  # stdout is for replies only: a script reads them
 
     def open_stream(self, to: IncomingMessage) -> ReplyStream | None:
         """On a terminal, a reply printed as it comes; piped, whole replies only."""

@@ -37,7 +37,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, background_text, decide, journal_payload
+from dispatcher.intake import RecentIds, WorkItem, background_text, decide, ignore_reason, journal_payload
 from dispatcher.outbox import Outbox
 from dispatcher.replies import (
     STILL_WORKING_AFTER,
@@ -185,6 +185,7 @@ class Dispatcher:
         decision = decide(msg, cfg, bot_username)
         if decision is None:
             self._keep_background(msg, cfg, bot_username)
+            self._ignored(msg, cfg, bot_username)
             return None
         text, command = decision
         if msg.message_id:
@@ -224,6 +225,16 @@ class Dispatcher:
         text = background_text(msg, cfg, bot_username)
         if text is not None and not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
             self.background.keep(msg, text)
+
+    def _ignored(self, msg: IncomingMessage, cfg: Any, bot_username: str) -> None:
+        """Log at DEBUG why a message is ignored; a private one is also told to its channel (the terminal's hint)."""
+        if msg.is_group and not logger.isEnabledFor(logging.DEBUG):
+            return  # most group messages trigger nothing: no reason is worked out for them unless asked
+        reason = ignore_reason(msg, cfg, bot_username)
+        logger.debug("%s message %s in %s ignored: %s", msg.channel, msg.message_id, msg.chat_id, reason)
+        channel = self.channels.get(msg.channel)
+        if channel is not None and not msg.is_group:
+            channel.ignored(msg, reason)
 
     def _late_recorded(self, future: asyncio.Future) -> None:
         """A journal write during shutdown has no worker to report its failure: log it here."""

@@ -7,6 +7,7 @@ queued in arrival order; the journal write (:func:`journal_payload` is what it s
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -87,6 +88,26 @@ def decide(msg: IncomingMessage, cfg: Any, bot_username: str) -> tuple[str, Comm
         if msg.is_group:
             text = speaker_text(msg, text)
     return text, command
+
+
+def ignore_reason(msg: IncomingMessage, cfg: Any, bot_username: str) -> str:
+    """Why :func:`decide` ignores ``msg``, in one clause (for the DEBUG log, and the terminal's hint)."""
+    if msg.is_from_bot:
+        return "it comes from a bot"
+    if msg.is_group and not group_allowed(msg, cfg.group_name_white_list):
+        return "its group is not in group_name_white_list"
+    command = parse_command(msg.text) if msg.content_type == "text" else None
+    if command is not None:
+        return f"the command is addressed to @{command.mention}, not to this bot"
+    if msg.content_type != "text":
+        return "a group message that is not text"
+    if triggered_text(msg, cfg, bot_username) is None:
+        if not msg.is_group:
+            prefixes = json.dumps(cfg.single_chat_prefix, ensure_ascii=False)
+            return (f"it does not start with one of single_chat_prefix {prefixes}: start it with one, or set "
+                    'single_chat_prefix to [""] to answer every message')
+        return "it does not trigger the bot (group_chat_prefix, an @mention, group_chat_keyword or a reply)"
+    return "nothing follows the trigger"
 
 
 def speaker_text(msg: IncomingMessage, text: str) -> str:
