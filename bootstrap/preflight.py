@@ -105,10 +105,15 @@ def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
 
 class ConsoleHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is now: on a terminal, the prompt's patched stream, so log lines
-    land above the prompt instead of inside it."""
+    land above the prompt instead of inside it.
 
-    def __init__(self) -> None:
+    Records from ``level`` up are shown, and below it those logged with ``extra={"console": True}``: the news
+    that ends a warning the console showed ("config.json is valid again") is said where the warning was."""
+
+    def __init__(self, level: int = logging.INFO) -> None:
         super().__init__(sys.stderr)
+        self.shown_from = level
+        self.addFilter(lambda record: record.levelno >= self.shown_from or getattr(record, "console", False))
 
     @property
     def stream(self):  # noqa: D102 - StreamHandler's attribute, looked up at each write
@@ -127,8 +132,7 @@ def setup_logging(cfg: Config, quiet_console: bool) -> Redactor:
     redact.update(cfg)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    console = ConsoleHandler()
-    console.setLevel(logging.WARNING if quiet_console else logging.INFO)
+    console = ConsoleHandler(logging.WARNING if quiet_console else logging.INFO)
     console.setFormatter(ConsoleFormatter(redact))
     root.addHandler(console)
     log_path = cfg.data_path() / "bot.log"

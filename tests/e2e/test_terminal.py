@@ -167,3 +167,20 @@ def test_a_line_the_private_chat_prefix_ignores_gets_a_one_line_hint(tmp_path, o
     finally:
         child.close(force=True)
     assert user_texts(openai_server) == ["hello"]
+
+
+def test_a_repaired_config_file_is_said_where_its_rejection_was(tmp_path, openai_server):
+    child = spawn(tmp_path, openai_server.base_url)
+    path = tmp_path / "config.json"
+    good = path.read_text()
+    try:
+        expect(child, "you>")
+        path.write_text('{"model": ')  # an editor's half-written save
+        expect(child, "config.json change rejected: .* is not valid JSON", timeout=10)
+        path.write_text(json.dumps({**json.loads(good), "model": "gpt-4o"}))
+        expect(child, "config.json is valid again: its settings are applied", timeout=10)
+        child.sendcontrol("d")
+        expect(child, pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
