@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ logger = logging.getLogger("app")
 TURN_GRACE_SECONDS = 10.0
 #: How long a graceful stop waits for pending summaries; the rest run again at the next start.
 SUMMARY_GRACE_SECONDS = 10.0
+#: How long a graceful stop waits for plugins' last background work (the memory index's last passages).
+PLUGIN_GRACE_SECONDS = 10.0
 #: Several processes: seconds between two looks for summary jobs a dead process left pending.
 ORPHAN_SCAN_SECONDS = 30.0
 
@@ -125,6 +128,9 @@ class App:
         self.config_path = config_path
         self.services: Services | None = None
         self._stop = asyncio.Event()
+        #: a second Ctrl-C (or SIGTERM) during the stop: stop waiting, what is unfinished resumes at the next start
+        self._stop_now = asyncio.Event()
+        self._stopping = False
         self._warm_ups: set[asyncio.Task] = set()
         self._warm_up_done: asyncio.Task | None = None
         self._probe: asyncio.Task | None = None
@@ -137,8 +143,32 @@ class App:
         self.channel_failures: dict[str, str] = {}
 
     def request_stop(self) -> None:
-        """Ask for a graceful stop (SIGINT/SIGTERM)."""
+        """Ask for a graceful stop (SIGINT/SIGTERM); asked again while stopping, stop waiting at once."""
+        if self._stop.is_set() or self._stopping:
+            if not self._stop_now.is_set():
+                logger.warning("stopping now: what is unfinished resumes at the next start")
+            self._stop_now.set()
         self._stop.set()
+
+    async def _wait_or_stop_now(self, what: str, work: Awaitable[Any], cut: Callable[[], Awaitable[Any]] | None,
+                                then: str) -> None:
+        """Await ``work``; when ``what`` is not empty, say first what the stop waits for, and that a second Ctrl-C
+        stops now (``then`` says what becomes of it). A second Ctrl-C runs ``cut`` (or cancels ``work``)."""
+        task = asyncio.ensure_future(work)
+        if what and not self._stop_now.is_set():
+            logger.warning("stopping: waiting %s; press Ctrl-C again to stop now (%s)", what, then)
+        now = asyncio.create_task(self._stop_now.wait())
+        try:
+            await asyncio.wait({task, now}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            now.cancel()
+        if not task.done():
+            if cut is None:
+                task.cancel()
+            else:
+                await cut()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def build(self, cfg: Config) -> Services:
         """Create every part, in dependency order."""
@@ -317,8 +347,14 @@ class App:
         await services.dispatcher.wait_idle()
 
     async def shutdown(self, services: Services) -> None:
-        """Stop in order: intake, in-flight turns, background jobs, channels, database."""
+        """Stop in order: intake, in-flight turns, background jobs, channels, database.
+
+        Each wait that may take seconds (turns, summaries, the plugins' last work) is said on the console with
+        its bound, and a second Ctrl-C ends it at once: the turns and summaries cut short are journalled and
+        resume at the next start.
+        """
         logger.info("stopping")
+        self._stopping = True
         if self._probe is not None:
             self._probe.cancel()
         if self._adopt is not None:
@@ -329,7 +365,10 @@ class App:
         cleanup = services.extras.get("cleanup")
         if cleanup is not None:
             cleanup.stop()
-        await services.dispatcher.drain(TURN_GRACE_SECONDS)
+        dispatcher = services.dispatcher
+        await self._wait_or_stop_now(
+            f"up to {TURN_GRACE_SECONDS:.0f} s for the replies in progress" if dispatcher.busy else "",
+            dispatcher.drain(TURN_GRACE_SECONDS), dispatcher.cut_turns, "they are answered after the next start")
         watcher = services.extras.get("config_watcher")
         if watcher is not None:
             await watcher.stop()
@@ -338,8 +377,20 @@ class App:
                 await channel.stop()
             except Exception:  # noqa: BLE001
                 logger.exception("channel %s failed to stop", channel.name)
-        await services.dispatcher.flush_intake()
-        await services.summarizer.drain(SUMMARY_GRACE_SECONDS)
+        await dispatcher.flush_intake()
+        summarizer = services.summarizer
+        pending = summarizer.pending()
+        await self._wait_or_stop_now(
+            f"up to {SUMMARY_GRACE_SECONDS:.0f} s for {pending} summar{'y' if pending == 1 else 'ies'} to finish"
+            if pending else "", summarizer.drain(SUMMARY_GRACE_SECONDS), lambda: summarizer.drain(0),
+            "they resume at the next start")
+        if services.plugins is not None:  # e.g. the memory index stores what the last summaries wrote
+            try:
+                await self._wait_or_stop_now("", asyncio.wait_for(services.plugins.stopping(), PLUGIN_GRACE_SECONDS),
+                                             None, "")
+            except TimeoutError:
+                logger.warning("the plugins' last work did not finish within %.0f s (the memory index: an admin's "
+                               "/memory rebuild indexes what is missing)", PLUGIN_GRACE_SECONDS)
         close = getattr(services.llm, "close", None)
         if close is not None:
             with contextlib.suppress(Exception):

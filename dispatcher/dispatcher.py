@@ -496,6 +496,13 @@ class Dispatcher:
                            len(unfinished))
         return not unfinished
 
+    async def cut_turns(self) -> None:
+        """Stop now (a second Ctrl-C during :meth:`drain`): cancel the turns still running, as a grace that ran out
+        does; their messages stay journalled and are answered after the next start."""
+        unfinished = await self._workers.drain(0)
+        if unfinished:
+            logger.warning("%d session(s) cut short at shutdown; their messages resume at next start", len(unfinished))
+
     async def flush_intake(self) -> None:
         """Wait until messages received during shutdown are journalled."""
         await self.background.flush()
