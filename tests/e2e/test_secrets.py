@@ -110,3 +110,46 @@ def test_a_fresh_clone_starts_without_a_key_and_its_config_file_is_kept_out_of_g
     # the next start reads the file it made, key included
     done = run_piped(tmp_path, "")
     assert done.returncode == 0 and "No model is configured" not in done.stdout
+
+
+WRONG_PASSWORD = "wrong-guess-7319"
+TYPED_TOKEN = "987654321:AAtypedTokenNeverKept-42"
+
+
+def test_a_scan_of_everything_the_bot_wrote_finds_none_of_the_secrets_typed_into_it(tmp_path, openai_server):
+    from tests.e2e.test_telegram import wait_chat
+    from tests.fakes.telegram_api import FakeTelegramAPI
+
+    with FakeTelegramAPI(username="scan_bot") as api:
+        child = spawn_terminal(tmp_path, channel_type=["terminal", "telegram"], telegram_bot_token=api.token,
+                               telegram_base_url=api.base_url, telegram_rate_limit=False,
+                               open_ai_api_base=openai_server.base_url, open_ai_api_key=KEY, admin_password=PASSWORD)
+        try:
+            expect(child, "you>")
+            for line, answer in [(f"/auth {WRONG_PASSWORD}", "Wrong password."),
+                                 (f"/auth {PASSWORD}", "You are already an admin."),
+                                 (f"/config open_ai_api_key {TYPED_KEY}", "cannot be set from a chat"),
+                                 (f"/config telegram_bot_token {TYPED_TOKEN}", "cannot be set from a chat"),
+                                 ("hello from the terminal", "bot> echo: hello from the terminal")]:
+                child.send(line + "\r")
+                expect(child, answer)
+            # a Telegram user: a wrong password, the right one, then a secret typed into /config
+            for i, (text, answer) in enumerate([
+                    (f"/auth {WRONG_PASSWORD}", "Wrong password."), (f"/auth {PASSWORD}", "You are now an admin."),
+                    (f"/config open_ai_api_key {TYPED_KEY}", "cannot be set from a chat"),
+                    ("hello from telegram", "echo: hello from telegram")], start=1):
+                api.push_text(71, text, user_id=71)
+                wait_chat(api, 71, lambda texts, a=answer, n=i: len(texts) >= n and a in texts[n - 1])
+            child.sendcontrol("c")
+            expect(child, pexpect.EOF)
+        finally:
+            child.close(force=True)
+    assert child.exitstatus == 0
+    data = tmp_path / "data"
+    written = [p for p in data.rglob("*") if p.is_file()]
+    assert {"bot.log", "chatbot.db", "terminal_history", "auth_lockouts.json"} <= {p.name for p in written}
+    hits = {(p.name, secret) for p in written for secret in (KEY, TYPED_KEY, TYPED_TOKEN, PASSWORD, WRONG_PASSWORD)
+            if secret.encode() in p.read_bytes()}
+    assert hits == set()
+    # and the conversation was kept: the scan looked where the words are
+    assert any(b"hello from telegram" in p.read_bytes() for p in written if p.name.startswith("chatbot.db"))
