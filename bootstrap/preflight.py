@@ -176,10 +176,11 @@ DATABASE_CONNECT_SECONDS = 5
 
 
 def check_database(cfg: Config) -> None:
-    """For PostgreSQL: connect once, and raise :class:`SetupError` naming the database (password hidden) and the
-    driver's reason when it cannot be reached. SQLite needs no check: the data folder check covers its file."""
+    """For PostgreSQL (psycopg, the driver the store uses): connect once, and raise :class:`SetupError` naming the
+    database (password hidden) and the driver's reason when it cannot be reached. SQLite needs no check: the data
+    folder check covers its file."""
     url = cfg.database_url()
-    if not url.startswith("postgresql"):
+    if not url.startswith("postgresql+psycopg://"):
         return
     from sqlalchemy import create_engine
     from sqlalchemy.exc import SQLAlchemyError
