@@ -359,8 +359,6 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
 PASSWORD_KEYS = frozenset({"admin_password"})
 #: A key shorter than this is shown only as set: its last 4 characters would be too large a part of it.
 MIN_SHOWN_KEY_CHARS = 16
-#: Vendor prefixes that say which service a key is for and nothing of the key itself.
-PUBLIC_KEY_PREFIXES = ("sk-",)
 
 
 def mask_secret(key: str, value: str) -> str:
@@ -370,8 +368,7 @@ def mask_secret(key: str, value: str) -> str:
         return "not set"
     if key in PASSWORD_KEYS or len(value) < MIN_SHOWN_KEY_CHARS:
         return "set"
-    prefix = next((p for p in PUBLIC_KEY_PREFIXES if value.startswith(p)), "")
-    return f"{prefix}…{value[-4:]}"
+    return f"{'sk-' if value.startswith('sk-') else ''}…{value[-4:]}"
 
 
 class ConfigHolder:

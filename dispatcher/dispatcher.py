@@ -37,7 +37,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, background_text, decide, ignore_reason, journal_payload
+from dispatcher.intake import RecentIds, WorkItem, background_text, decide, journal_payload, report_ignored
 from dispatcher.outbox import Outbox
 from dispatcher.replies import (
     STILL_WORKING_AFTER,
@@ -185,7 +185,7 @@ class Dispatcher:
         decision = decide(msg, cfg, bot_username)
         if decision is None:
             self._keep_background(msg, cfg, bot_username)
-            self._ignored(msg, cfg, bot_username)
+            report_ignored(msg, cfg, bot_username, self.channels.get(msg.channel))
             return None
         text, command = decision
         if msg.message_id:
@@ -225,16 +225,6 @@ class Dispatcher:
         text = background_text(msg, cfg, bot_username)
         if text is not None and not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
             self.background.keep(msg, text)
-
-    def _ignored(self, msg: IncomingMessage, cfg: Any, bot_username: str) -> None:
-        """Log at DEBUG why a message is ignored; a private one is also told to its channel (the terminal's hint)."""
-        if msg.is_group and not logger.isEnabledFor(logging.DEBUG):
-            return  # most group messages trigger nothing: no reason is worked out for them unless asked
-        reason = ignore_reason(msg, cfg, bot_username)
-        logger.debug("%s message %s in %s ignored: %s", msg.channel, msg.message_id, msg.chat_id, reason)
-        channel = self.channels.get(msg.channel)
-        if channel is not None and not msg.is_group:
-            channel.ignored(msg, reason)
 
     def _late_recorded(self, future: asyncio.Future) -> None:
         """A journal write during shutdown has no worker to report its failure: log it here."""
@@ -499,8 +489,7 @@ class Dispatcher:
     async def cut_turns(self) -> None:
         """Stop now (a second Ctrl-C during :meth:`drain`): cancel the turns still running, as a grace that ran out
         does; their messages stay journalled and are answered after the next start."""
-        unfinished = await self._workers.drain(0)
-        if unfinished:
+        if unfinished := await self._workers.drain(0):
             logger.warning("%d session(s) cut short at shutdown; their messages resume at next start", len(unfinished))
 
     async def flush_intake(self) -> None:

@@ -110,6 +110,16 @@ def ignore_reason(msg: IncomingMessage, cfg: Any, bot_username: str) -> str:
     return "nothing follows the trigger"
 
 
+def report_ignored(msg: IncomingMessage, cfg: Any, bot_username: str, channel: Any) -> None:
+    """Log at DEBUG why a message is ignored; a private one is also told to its channel (the terminal's hint)."""
+    if msg.is_group and not logger.isEnabledFor(logging.DEBUG):
+        return  # most group messages trigger nothing: no reason is worked out for them unless asked
+    reason = ignore_reason(msg, cfg, bot_username)
+    logger.debug("%s message %s in %s ignored: %s", msg.channel, msg.message_id, msg.chat_id, reason)
+    if channel is not None and not msg.is_group:
+        channel.ignored(msg, reason)
+
+
 def speaker_text(msg: IncomingMessage, text: str) -> str:
     """A group message's text as the model sees it: ``[Name] text`` (DESIGN §1.3)."""
     return f"[{msg.user_name or msg.user_id}] {text}"

@@ -358,7 +358,7 @@ async def test_a_failed_journal_write_during_shutdown_is_logged(tmp_path, caplog
 
 async def test_an_ignored_message_is_logged_at_debug_with_its_reason_and_gets_no_reply(tmp_path, caplog):
     async with Bot(tmp_path, single_chat_prefix=["bot"], group_chat_prefix=["@bot"]) as bot:
-        with caplog.at_level(logging.DEBUG, logger="dispatcher.dispatcher"):
+        with caplog.at_level(logging.DEBUG, logger="dispatcher.intake"):
             await bot.say("hello", message_id="41")
             await bot.say("chatting", message_id="42", chat_id="-5", is_group=True)
             await bot.say("bot hello", message_id="43")
