@@ -44,7 +44,6 @@ from config.watch import ConfigWatcher
 from core.errors import ConfigError
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
-from dispatcher.intake import keeps_no_secret
 from dispatcher.leader import Leadership
 from memory.daily import DailyMemory
 from plugins.manager import install as install_plugins
@@ -218,7 +217,6 @@ class App:
             if channel.name == "terminal":
                 channel.banner = start_banner(cfg)
                 channel.history_path = cfg.data_path() / "terminal_history"
-                channel.keep_in_history = keeps_no_secret
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):

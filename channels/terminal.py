@@ -31,6 +31,7 @@ from typing import Any
 from channels.base import BaseChannel
 from channels.registry import register_channel
 from core.messages import IncomingMessage, ReplyStream
+from dispatcher.commands import keeps_no_secret
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,8 @@ class TerminalChannel(BaseChannel):
         self.banner = ""
         #: where line history is kept between runs (None: for this run only)
         self.history_path: Path | None = None
-        #: set by the app: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6
-        self.keep_in_history: Callable[[str], bool] = lambda line: True
+        #: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6
+        self.keep_in_history: Callable[[str], bool] = keeps_no_secret
         self._kept: Any = None
         self._task: asyncio.Task | None = None
         self._eof = asyncio.Event()

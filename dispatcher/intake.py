@@ -14,16 +14,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.settings import SECRET_KEYS
 from core.messages import IncomingMessage
 from core.records import SessionInfo
-from dispatcher.commands import CommandObject, parse_command
+from dispatcher.commands import CommandObject, parse_command, secret_free
 from dispatcher.triggers import group_allowed, triggered_text
 
 logger = logging.getLogger(__name__)
 
-#: Commands whose arguments are secrets: the journal keeps only the command name.
-SECRET_COMMANDS = frozenset({"auth"})
 #: How many channel message ids the in-memory dedup remembers (the journal catches older ones).
 RECENT_IDS = 10_000
 #: A replied-to message is shown to the model up to this many characters.
@@ -149,25 +146,6 @@ def background_text(msg: IncomingMessage, cfg: Any, bot_username: str) -> str | 
     if triggered_text(msg, cfg, bot_username) is not None:
         return None
     return text
-
-
-def secret_free(command: CommandObject) -> str | None:
-    """What may be kept of a command whose arguments hold a secret (DESIGN §1.6), or None when it holds none:
-    of ``/auth <password>`` its name only, of ``/config <secret key> <value>`` (refused) not the value."""
-    if command.command in SECRET_COMMANDS and command.args:
-        return f"/{command.command}"  # never store a password
-    if command.command == "config":
-        argv = command.argv
-        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS:
-            # /config refuses to set a secret, but the value was typed into the chat: never store it.
-            return f"/config {argv[0]} ***"
-    return None
-
-
-def keeps_no_secret(text: str) -> bool:
-    """True when a typed line may be kept as it is (the terminal's line history asks)."""
-    command = parse_command(text)
-    return command is None or secret_free(command) is None
 
 
 def journal_payload(msg: IncomingMessage, command: CommandObject | None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prompt_toolkit.history import FileHistory
 
 from channels.terminal_history import open_history
-from dispatcher.intake import keeps_no_secret
+from dispatcher.commands import keeps_no_secret
 
 
 def test_a_file_an_older_version_wrote_secrets_to_is_scrubbed_and_new_ones_are_never_kept(tmp_path) -> None:
