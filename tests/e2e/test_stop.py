@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pexpect
@@ -83,10 +82,9 @@ def test_ctrl_c_says_it_waits_for_a_summary_and_a_second_one_stops_now(tmp_path,
         expect(child, "stopping…", timeout=5)
         expect(child, r"stopping: waiting up to 10 s for 1 summary to finish; press Ctrl-C again to stop now "
                       r"\(they resume at the next start\)", timeout=5)
-        pressed = time.monotonic()
         child.sendcontrol("c")
-        expect(child, pexpect.EOF, timeout=10)
-        assert time.monotonic() - pressed < 5, "the second Ctrl-C did not wait for the summary"
+        expect(child, "stopping now: what is unfinished resumes at the next start", timeout=5)
+        expect(child, pexpect.EOF, timeout=10)  # the summary would have taken 60 s
     finally:
         child.close(force=True)
         slow.release.set()

