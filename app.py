@@ -22,6 +22,7 @@ from agent.loop import Agent
 from agent.session import LiveSessions, SessionManager
 from agent.tokens import TokenCounters, check_context_window, context_window
 from agent.tools.base import ToolRegistry
+from bootstrap.first_run import create_config
 from bootstrap.lifecycle import Lifecycle
 from bootstrap.preflight import (
     SETUP_ERROR,
@@ -30,6 +31,7 @@ from bootstrap.preflight import (
     channel_problems,
     check_channels,
     check_data_dir,
+    check_database,
     lock_database,
     probe_model_endpoint,
     setup_logging,
@@ -60,6 +62,8 @@ logger = logging.getLogger("app")
 TURN_GRACE_SECONDS = 10.0
 #: How long a graceful stop waits for pending summaries; the rest run again at the next start.
 SUMMARY_GRACE_SECONDS = 10.0
+#: How long a graceful stop waits for plugins' last background work (the memory index's last passages).
+PLUGIN_GRACE_SECONDS = 10.0
 #: Several processes: seconds between two looks for summary jobs a dead process left pending.
 ORPHAN_SCAN_SECONDS = 30.0
 
@@ -113,6 +117,9 @@ class App:
         #: what starts after "ready" (config watching, leadership and the cleanup, orphan adoption): stopped first
         self.background = Lifecycle()
         self._stop = asyncio.Event()
+        #: a second Ctrl-C (or SIGTERM) during the stop: stop waiting, what is unfinished resumes at the next start
+        self._stop_now = asyncio.Event()
+        self._stopping = False
         self._warm_ups: set[asyncio.Task] = set()
         self._warm_up_done: asyncio.Task | None = None
         #: channels only the leader receives on (several processes)
@@ -123,8 +130,32 @@ class App:
         self.channel_failures: dict[str, str] = {}
 
     def request_stop(self) -> None:
-        """Ask for a graceful stop (SIGINT/SIGTERM)."""
+        """Ask for a graceful stop (SIGINT/SIGTERM); asked again while stopping, stop waiting at once."""
+        if self._stop.is_set() or self._stopping:
+            if not self._stop_now.is_set():
+                logger.warning("stopping now: what is unfinished resumes at the next start")
+            self._stop_now.set()
         self._stop.set()
+
+    async def _wait_or_stop_now(self, what: str, work: Awaitable[Any], cut: Callable[[], Awaitable[Any]] | None,
+                                then: str) -> None:
+        """Await ``work``; when ``what`` is not empty, say first what the stop waits for, and that a second Ctrl-C
+        stops now (``then`` says what becomes of it). A second Ctrl-C runs ``cut`` (or cancels ``work``)."""
+        task = asyncio.ensure_future(work)
+        if what and not self._stop_now.is_set():
+            logger.warning("stopping: waiting %s; press Ctrl-C again to stop now (%s)", what, then)
+        now = asyncio.create_task(self._stop_now.wait())
+        try:
+            await asyncio.wait({task, now}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            now.cancel()
+        if not task.done():
+            if cut is None:
+                task.cancel()
+            else:
+                await cut()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def build(self, cfg: Config) -> Services:
         """Create every part, in dependency order, each given what it uses when it is made."""
@@ -302,19 +333,40 @@ class App:
 
     async def shutdown(self, services: Services) -> None:
         """Stop in order: the background parts (last started first), in-flight turns, channels, summaries, the
-        model client, locks, database."""
+        plugins' last work, the model client, locks, database.
+
+        Each wait that may take seconds (turns, summaries, the plugins' last work) is said on the console with
+        its bound, and a second Ctrl-C ends it at once: the turns and summaries cut short are journalled and
+        resume at the next start.
+        """
         logger.info("stopping")
+        self._stopping = True
         await self.background.stop()
-        assert self.dispatcher is not None
-        await self.dispatcher.drain(TURN_GRACE_SECONDS)
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
+        await self._wait_or_stop_now(
+            f"up to {TURN_GRACE_SECONDS:.0f} s for the replies in progress" if dispatcher.busy else "",
+            dispatcher.drain(TURN_GRACE_SECONDS), dispatcher.cut_turns, "they are answered after the next start")
         for channel in reversed(self.channels):
             try:
                 await channel.stop()
             except Exception:  # noqa: BLE001
                 logger.exception("channel %s failed to stop", channel.name)
-        await self.dispatcher.flush_intake()
-        if services.summarizer is not None:
-            await services.summarizer.drain(SUMMARY_GRACE_SECONDS)
+        await dispatcher.flush_intake()
+        summarizer = services.summarizer
+        if summarizer is not None:
+            pending = summarizer.pending()
+            await self._wait_or_stop_now(
+                f"up to {SUMMARY_GRACE_SECONDS:.0f} s for {pending} summar{'y' if pending == 1 else 'ies'} to finish"
+                if pending else "", summarizer.drain(SUMMARY_GRACE_SECONDS), lambda: summarizer.drain(0),
+                "they resume at the next start")
+        if services.plugins is not None:  # e.g. the memory index stores what the last summaries wrote
+            try:
+                await self._wait_or_stop_now("", asyncio.wait_for(services.plugins.stopping(), PLUGIN_GRACE_SECONDS),
+                                             None, "")
+            except TimeoutError:
+                logger.warning("the plugins' last work did not finish within %.0f s (the memory index: an admin's "
+                               "/memory rebuild indexes what is missing)", PLUGIN_GRACE_SECONDS)
         with contextlib.suppress(Exception):
             await services.llm.close()
         if self.cleanup is not None:
@@ -368,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
         what = "is a folder, not a file" if path.is_dir() else "does not exist"
         print(f"config error: {path} {what}", file=sys.stderr)
         return SETUP_ERROR
+    # a fresh clone has no config.json (git ignores it, so a key typed into it is never committed): write one
+    created = args.config is None and create_config(path)
     notes: list[str] = []
     try:
         cfg = load_config(path, notes=notes)
@@ -377,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_data_dir(cfg)
         lock_database(cfg)
+        check_database(cfg)
         check_channels(cfg)
         window_note = check_context_window(cfg.model, cfg.model_context_window) if cfg.model_configured else None
     except SetupError as exc:
@@ -387,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         return SETUP_ERROR
     interactive = "terminal" in cfg.channels and stdin_is_terminal()
     redact = setup_logging(cfg, quiet_console=interactive)
+    if created:
+        logger.info("created %s with the default settings (git ignores it)", path)
     for note in [*notes, *([window_note] if window_note else [])]:
         logger.warning("config: %s", note)
     for name, why in channel_problems(cfg).items():

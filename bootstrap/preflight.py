@@ -104,10 +104,15 @@ def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
 
 class ConsoleHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is now: on a terminal, the prompt's patched stream, so log lines
-    land above the prompt instead of inside it."""
+    land above the prompt instead of inside it.
 
-    def __init__(self) -> None:
+    Records from ``level`` up are shown, and below it those logged with ``extra={"console": True}``: the news
+    that ends a warning the console showed ("config.json is valid again") is said where the warning was."""
+
+    def __init__(self, level: int = logging.INFO) -> None:
         super().__init__(sys.stderr)
+        self.shown_from = level
+        self.addFilter(lambda record: record.levelno >= self.shown_from or getattr(record, "console", False))
 
     @property
     def stream(self):  # noqa: D102 - StreamHandler's attribute, looked up at each write
@@ -126,8 +131,7 @@ def setup_logging(cfg: Config, quiet_console: bool) -> Redactor:
     redact.update(cfg)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    console = ConsoleHandler()
-    console.setLevel(logging.WARNING if quiet_console else logging.INFO)
+    console = ConsoleHandler(logging.WARNING if quiet_console else logging.INFO)
     console.setFormatter(ConsoleFormatter(redact))
     root.addHandler(console)
     log_path = cfg.data_path() / "bot.log"
@@ -164,6 +168,33 @@ def check_data_dir(cfg: Config) -> None:
     except OSError as exc:
         raise SetupError(f"the data folder {folder} cannot be written ({exc.strerror or exc}); "
                          "fix its permissions or set data_dir in config.json to a folder you can write") from None
+
+
+#: Seconds the start-up check waits for PostgreSQL to answer (an address that drops packets never refuses).
+DATABASE_CONNECT_SECONDS = 5
+
+
+def check_database(cfg: Config) -> None:
+    """For PostgreSQL (psycopg, the driver the store uses): connect once, and raise :class:`SetupError` naming the
+    database (password hidden) and the driver's reason when it cannot be reached. SQLite needs no check: the data
+    folder check covers its file."""
+    url = cfg.database_url()
+    if not url.startswith("postgresql+psycopg://"):
+        return
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": DATABASE_CONNECT_SECONDS})
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise SetupError(f"the database {database_label(cfg)} cannot be reached ({reason}); check that PostgreSQL "
+                         "is running there and that db_url in config.json is right") from None
+    finally:
+        engine.dispose()
 
 
 def channel_problems(cfg: Config) -> dict[str, str]:
@@ -221,8 +252,6 @@ async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return None
-
-
 
 
 #: The SQLite database file each process holds open, with its lock (kept for the process's life).

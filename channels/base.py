@@ -158,6 +158,13 @@ class BaseChannel(ABC):
     async def wait_closed(self) -> None:  # noqa: B027 - optional hook
         """Wait until the channel has nothing more to receive (the terminal's EOF)."""
 
+    async def forget_chat(self, chat_id: str) -> None:  # noqa: B027 - optional hook
+        """/forget: delete what the channel itself keeps of a chat (the terminal's line history)."""
+
+    def ignored(self, message: IncomingMessage, reason: str) -> None:  # noqa: B027 - optional hook
+        """The bot does not act on ``message``, for ``reason`` (a configured trigger was not met): the
+        terminal says so, a chat platform stays silent (the dispatcher logs it at DEBUG)."""
+
     @property
     def finite(self) -> bool:
         """True when the channel ends by itself (the terminal at EOF), so the app may exit."""

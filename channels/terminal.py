@@ -24,12 +24,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
 from core.messages import IncomingMessage, ReplyStream
+from dispatcher.commands import keeps_no_secret
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -40,6 +42,8 @@ PROMPT = "you> "
 REPLY_PREFIX = "bot> "
 THINKING = "thinking…"
 STOPPING = "stopping…"
+#: Starts the hint shown for a line the bot does not act on.
+HINT_PREFIX = "not answered: "
 #: How long "thinking…" shows without news from the dispatcher (it calls :meth:`typing` every 4 s
 #: while a turn runs), so a message that gets no reply at all does not leave it up for good.
 THINKING_SECONDS = 6.0
@@ -83,6 +87,9 @@ class TerminalChannel(BaseChannel):
         self.banner = start_banner(config) if config is not None else ""
         #: where line history is kept between runs (None: for this run only)
         self.history_path: Path | None = config.data_path() / HISTORY_FILE if config is not None else None
+        #: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6
+        self.keep_in_history: Callable[[str], bool] = keeps_no_secret
+        self._kept: Any = None
         self._task: asyncio.Task | None = None
         self._eof = asyncio.Event()
         self._thinking_until = 0.0
@@ -124,6 +131,16 @@ class TerminalChannel(BaseChannel):
             sys.stdout.flush()
         else:
             self._write(text)
+
+    def ignored(self, message: IncomingMessage, reason: str) -> None:
+        """A line the bot does not act on gets a one-line hint, instead of "thinking…" and then nothing."""
+        hint = f"{HINT_PREFIX}{reason}"
+        if self._interactive:
+            self._think(False)
+            sys.stdout.write(hint + "\n")  # above the prompt
+            sys.stdout.flush()
+        else:
+            print(hint, file=sys.stderr, flush=True)  # stdout is for replies only: a script reads them
 
     def open_stream(self, to: IncomingMessage) -> ReplyStream | None:
         """On a terminal, a reply printed as it comes; piped, whole replies only."""
@@ -168,19 +185,20 @@ class TerminalChannel(BaseChannel):
 
     # --- interactive: a prompt_toolkit window ----------------------------------------------------------
     def _history(self) -> Any:
-        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from channels.terminal_history import open_history
 
-        if self.history_path is None:
-            return InMemoryHistory()
-        try:
-            # it holds what the user typed: the owner's eyes only, like the database
-            fd = os.open(self.history_path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
-            os.close(fd)
-            return FileHistory(str(self.history_path))
-        except OSError as exc:
-            logger.warning("terminal history is kept for this run only: cannot write %s (%s)",
-                           self.history_path, exc.strerror or exc)
-            return InMemoryHistory()
+        self._kept = open_history(self.history_path, self.keep_in_history)
+        return self._kept
+
+    async def forget_chat(self, chat_id: str) -> None:
+        """/forget of the terminal's conversation: the line history goes too, file and recall."""
+        if self._kept is not None:
+            self._kept.clear()
+            buffer = getattr(self._session, "default_buffer", None)
+            if buffer is not None:
+                buffer.reset(document=buffer.document)  # what is typed stays; the arrows recall nothing older
+        elif self.history_path is not None and self.history_path.exists():
+            self.history_path.write_bytes(b"")
 
     def _toolbar(self) -> str:
         if self._live_line:

@@ -355,13 +355,20 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def mask_secret(value: str) -> str:
-    """Show a secret as ``sk-…a1b2``: enough to recognise, not to use."""
+#: Secrets shown only as set or not set, never in part (a short password would show most of itself).
+PASSWORD_KEYS = frozenset({"admin_password"})
+#: A key shorter than this is shown only as set: its last 4 characters would be too large a part of it.
+MIN_SHOWN_KEY_CHARS = 16
+
+
+def mask_secret(key: str, value: str) -> str:
+    """Show the secret ``key`` of ``value`` so it can be recognised, not used: a password as ``set`` or ``not set``;
+    an API key or token as at most its last 4 characters (``sk-…a1b2``: ``sk-`` is OpenAI's public prefix)."""
     if not value:
-        return ""
-    if len(value) <= 8:
-        return "…" + value[-2:] if len(value) > 4 else "…"
-    return f"{value[:3]}…{value[-4:]}"
+        return "not set"
+    if key in PASSWORD_KEYS or len(value) < MIN_SHOWN_KEY_CHARS:
+        return "set"
+    return f"{'sk-' if value.startswith('sk-') else ''}…{value[-4:]}"
 
 
 class ConfigHolder:

@@ -110,7 +110,8 @@ class ConfigWatcher:
             return False
         if self._rejected:
             self._rejected = False
-            logger.info("config.json is valid again: its settings are applied")
+            # said on the console too, where the rejection was said (the terminal's console shows warnings only)
+            logger.info("config.json is valid again: its settings are applied", extra={"console": True})
         live, pending = live_config(cfg, self.holder.current)
         fresh = [k for k in pending if getattr(cfg, k) != getattr(self._file_config, k)]
         self._file_config = cfg

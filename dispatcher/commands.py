@@ -6,14 +6,20 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from config.settings import SECRET_KEYS
 from core.messages import IncomingMessage
 from core.records import SessionInfo
 
 logger = logging.getLogger(__name__)
 
+#: Commands whose arguments are secrets: only the command's name is ever kept.
+SECRET_COMMANDS = frozenset({"auth"})
 _COMMAND = re.compile(r"^/(?P<command>[A-Za-z0-9_]+)(?:@(?P<mention>[A-Za-z0-9_]+))?(?:\s+(?P<args>.*))?$", re.S)
+
+if TYPE_CHECKING:
+    from channels.base import BaseChannel
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,25 @@ def parse_command(text: str) -> CommandObject | None:
                          mention=match["mention"])
 
 
+def secret_free(command: CommandObject) -> str | None:
+    """What may be kept of a command whose arguments hold a secret (DESIGN §1.6), or None when it holds none:
+    of ``/auth <password>`` its name only, of ``/config <secret key> <value>`` (refused) not the value."""
+    if command.command in SECRET_COMMANDS and command.args:
+        return f"/{command.command}"  # never store a password
+    if command.command == "config":
+        argv = command.argv
+        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS:
+            # /config refuses to set a secret, but the value was typed into the chat: never store it.
+            return f"/config {argv[0]} ***"
+    return None
+
+
+def keeps_no_secret(text: str) -> bool:
+    """True when a typed line may be kept as it is (the terminal's line history asks)."""
+    command = parse_command(text)
+    return command is None or secret_free(command) is None
+
+
 @dataclass(frozen=True, slots=True)
 class CommandRequest:
     """One command invocation."""
@@ -51,6 +76,8 @@ class CommandRequest:
     is_admin: bool
     #: the application's services (config, store, sessions, agent, summariser, ...), for built-ins
     services: Any = None
+    #: the channel the command came through (its chat-side state, e.g. the terminal's line history)
+    channel: BaseChannel | None = None
 
     @property
     def session_id(self) -> str:

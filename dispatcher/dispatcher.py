@@ -37,7 +37,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, evaluate
+from dispatcher.intake import RecentIds, WorkItem, evaluate, report_ignored
 from dispatcher.journal import JournalWriter
 from dispatcher.outbox import Outbox
 from dispatcher.queue import Poke, SessionQueue
@@ -167,6 +167,7 @@ class Dispatcher:
         if not trigger.act:
             if trigger.background is not None:
                 self._keep_background(msg, trigger.background)
+            report_ignored(msg, trigger, channel)
             return None
         text, command = trigger.text, trigger.command
         if msg.message_id:
@@ -355,7 +356,7 @@ class Dispatcher:
                 if item.command is not None:
                     outcome = f"command /{item.command.command}"
                     reply = await run_command(self.commands, item, await self.admins.is_admin_now(item.message),
-                                              self.services)
+                                              self.services, channel)
                 elif item.message.content_type != "text":
                     outcome, reply = "non-text", TEXT_ONLY_REPLY
                 else:
@@ -412,6 +413,12 @@ class Dispatcher:
             logger.warning("%d session(s) still busy at shutdown; their messages resume at next start",
                            len(unfinished))
         return not unfinished
+
+    async def cut_turns(self) -> None:
+        """Stop now (a second Ctrl-C during :meth:`drain`): cancel the turns still running, as a grace that ran out
+        does; their messages stay journalled and are answered after the next start."""
+        if unfinished := await self._workers.drain(0):
+            logger.warning("%d session(s) cut short at shutdown; their messages resume at next start", len(unfinished))
 
     async def flush_intake(self) -> None:
         """Wait until messages received during shutdown are journalled."""

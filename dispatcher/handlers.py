@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
+from channels.base import BaseChannel
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks
@@ -21,7 +22,8 @@ from store.conversations import ConversationStore
 logger = logging.getLogger(__name__)
 
 
-async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool, services: Any) -> str | None:
+async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool, services: Any,
+                      channel: BaseChannel | None = None) -> str | None:
     """Run the item's command (after the admin and private-chat checks) and return its reply."""
     assert item.command is not None
     name = item.command.command
@@ -33,7 +35,7 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
     if command.admin_only and not is_admin:
         return ADMIN_ONLY_REPLY.format(command=name)
     request = CommandRequest(message=item.message, command=item.command, session=item.info,
-                             is_admin=is_admin, services=services)
+                             is_admin=is_admin, services=services, channel=channel)
     return await command.handler(request)
 
 

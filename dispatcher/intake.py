@@ -7,22 +7,20 @@ queued in arrival order; the journal write (:func:`journal_payload` is what it s
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.settings import SECRET_KEYS
 from core.messages import IncomingMessage
 from core.records import SessionInfo
-from dispatcher.commands import CommandObject, parse_command
+from dispatcher.commands import CommandObject, parse_command, secret_free
 from dispatcher.triggers import group_allowed, triggered_text
 
 logger = logging.getLogger(__name__)
 
-#: Commands whose arguments are secrets: the journal keeps only the command name.
-SECRET_COMMANDS = frozenset({"auth"})
 #: How many channel message ids the in-memory dedup remembers (the journal catches older ones).
 RECENT_IDS = 10_000
 #: A replied-to message is shown to the model up to this many characters.
@@ -67,9 +65,12 @@ class Trigger:
     command: CommandObject | None = None
     #: an untriggered text of a served group, kept as that group's background
     background: str | None = None
+    #: why it is not acted on, in one clause (for the DEBUG log, and the terminal's hint)
+    reason: str = ""
 
 
-IGNORED = Trigger(act=False)
+def _ignored(reason: str, background: str | None = None) -> Trigger:
+    return Trigger(act=False, background=background, reason=reason)
 
 
 def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: bool = False) -> Trigger:
@@ -80,27 +81,38 @@ def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: boo
     ``accepted`` (a journalled message being resumed), the message was taken when it arrived: it is acted on
     even if the trigger settings changed since, and only its text is worked out again.
     """
-    if not accepted and (msg.is_from_bot or (msg.is_group and not group_allowed(msg, cfg.group_name_white_list))):
-        return IGNORED
+    if not accepted:
+        if msg.is_from_bot:
+            return _ignored("it comes from a bot")
+        if msg.is_group and not group_allowed(msg, cfg.group_name_white_list):
+            return _ignored("its group is not in group_name_white_list")
     command = parse_command(msg.text) if msg.content_type == "text" else None
     if command is not None:
         if not accepted and command.mention and bot_username and command.mention.lower() != bot_username.lower():
-            return IGNORED  # addressed to another bot
+            return _ignored(f"the command is addressed to @{command.mention}, not to this bot")
         return Trigger(act=True, text=msg.text.strip(), command=command)
     if msg.content_type != "text" and not accepted:
-        return IGNORED if msg.is_group else Trigger(act=True)
+        return _ignored("a group message that is not text") if msg.is_group else Trigger(act=True)
     triggered = triggered_text(msg, cfg, bot_username)
     if triggered is None:
         if not accepted:
-            return Trigger(act=False, background=_background(msg, cfg))
+            return _ignored(_untriggered(msg, cfg), _background(msg, cfg))
         triggered = msg.text.strip()
     command = parse_command(triggered)  # e.g. "@bot /help" in a group
     if command is not None:
         return Trigger(act=True, text=triggered, command=command)
     if not triggered and not accepted:
-        return IGNORED
+        return _ignored("nothing follows the trigger")
     text = with_reply(msg, triggered)
     return Trigger(act=True, text=speaker_text(msg, text) if msg.is_group else text)
+
+
+def _untriggered(msg: IncomingMessage, cfg: Any) -> str:
+    if msg.is_group:
+        return "it does not trigger the bot (group_chat_prefix, an @mention, group_chat_keyword or a reply)"
+    prefixes = json.dumps(cfg.single_chat_prefix, ensure_ascii=False)
+    return (f"it does not start with one of single_chat_prefix {prefixes}: start it with one, or set "
+            'single_chat_prefix to [""] to answer every message')
 
 
 def _background(msg: IncomingMessage, cfg: Any) -> str | None:
@@ -109,6 +121,13 @@ def _background(msg: IncomingMessage, cfg: Any) -> str | None:
     if not msg.is_group or cfg.group_context_messages <= 0 or not text:
         return None
     return text
+
+
+def report_ignored(msg: IncomingMessage, trigger: Trigger, channel: Any) -> None:
+    """Log at DEBUG why a message is ignored; a private one is also told to its channel (the terminal's hint)."""
+    logger.debug("%s message %s in %s ignored: %s", msg.channel, msg.message_id, msg.chat_id, trigger.reason)
+    if channel is not None and not msg.is_group:
+        channel.ignored(msg, trigger.reason)
 
 
 def speaker_text(msg: IncomingMessage, text: str) -> str:
@@ -129,15 +148,9 @@ def with_reply(msg: IncomingMessage, text: str) -> str:
 def journal_payload(msg: IncomingMessage, command: CommandObject | None) -> dict[str, Any]:
     """What the journal stores of a message: all of it, but only the name of a secret command."""
     payload = msg.to_json()
-    if command is None:
-        return payload
-    if command.command in SECRET_COMMANDS:
-        payload["text"] = f"/{command.command}"  # never store a password
-    elif command.command == "config":
-        argv = command.argv
-        if argv and argv[0].split(".")[0].lower() in SECRET_KEYS:
-            # /config refuses to set a secret, but the value was typed into the chat: never store it.
-            payload["text"] = f"/config {argv[0]} ***"
+    kept = secret_free(command) if command is not None else None
+    if kept is not None:
+        payload["text"] = kept
     return payload
 
 

@@ -76,3 +76,10 @@ def memory_written(session_id, kind, text, path, settings, services):
     the context and kept in ``sessions.summary``; ``path`` is None). ``text`` is what was written. The
     return value is ignored; an implementation that raises is logged and skipped.
     """
+
+
+@hookspec
+def stopping(settings, services):
+    """Called once at a graceful stop, after the last summaries ran and before the database closes: finish the
+    background work that needs the database (an indexer's last passages). May be a coroutine; the stop waits for
+    it a bounded time, then goes on."""

@@ -387,6 +387,14 @@ class PluginManager:
             except Exception:  # noqa: BLE001 - isolate the plugin
                 logger.exception("plugin %s: memory_written failed; skipped", impl.plugin_name)
 
+    async def stopping(self) -> None:
+        """Run every plugin's ``stopping`` (at a graceful stop, before the database closes); one that raises is
+        logged and skipped."""
+        for impl in self._impls("stopping"):
+            try:
+                await _maybe_await(impl.function(**self._kwargs(impl)))
+            except Exception:  # noqa: BLE001 - isolate the plugin
+                logger.exception("plugin %s: stopping failed; skipped", impl.plugin_name)
 
 
 def install(services: Services, **kwargs: Any) -> PluginManager:

@@ -51,7 +51,7 @@ def register_commands(register) -> None:
 def shown(key: str, value: Any, limit: int | None = None) -> str:
     """A setting's value for display: secrets masked, JSON otherwise."""
     if key.split(".")[0] in SECRET_KEYS and isinstance(value, str):
-        return mask_secret(value) if value else '""'
+        return mask_secret(key.split(".")[0], value)
     text = json.dumps(value, ensure_ascii=False)
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"

@@ -94,4 +94,12 @@ async def forget_command(request: CommandRequest) -> str:
         state.reset(0)  # a turn already waiting for this lock holds this state: it must see nothing forgotten
         services.sessions.forget(request.session_id)
         search.forget(request.session_id)
+    await forget_in_channel(request)
     return report.describe()
+
+
+async def forget_in_channel(request: CommandRequest) -> None:
+    """What the channel keeps of the chat goes too (the terminal's line history), for a private chat's /forget."""
+    channel = request.channel
+    if channel is not None and not request.message.is_group:
+        await channel.forget_chat(request.message.chat_id)

@@ -52,7 +52,7 @@ def memory_written(session_id, kind, text, path, services) -> None:
     """Index a summary section or a note as it is written; the injected rolling summary repeats them, so not it.
 
     The indexing (which may load the embedding model first) runs in the background: it must never delay
-    the summary's injection or a reply. What it has not indexed by a stop, ``/memory rebuild`` indexes.
+    the summary's injection or a reply. A graceful stop waits for it (:func:`stopping`).
     """
     if kind not in ("summary", "note") or not text:
         return
@@ -78,6 +78,12 @@ async def wait_indexed(services: Any) -> None:
     tasks = services.memory_search.index.pending if services.memory_search is not None else None
     if tasks:
         await asyncio.gather(*set(tasks), return_exceptions=True)
+
+
+@hookimpl
+async def stopping(services) -> None:
+    """At a stop, after the last summaries: what they wrote is indexed before the database closes."""
+    await wait_indexed(services)
 
 
 def _indexed(task: asyncio.Task) -> None:

@@ -199,10 +199,14 @@ def test_channel_list_and_model_configured():
         Config(channel_type="irc")
 
 
-def test_mask_secret():
-    assert mask_secret("sk-abcdefghijklmnopa1b2") == "sk-…a1b2"
-    assert mask_secret("") == ""
-    assert "abcdef" not in mask_secret("abcdefg")
+def test_mask_secret_shows_a_password_as_set_and_a_key_by_its_last_4_characters_at_most():
+    assert mask_secret("open_ai_api_key", "sk-abcdefghijklmnopa1b2") == "sk-…a1b2"
+    assert mask_secret("open_ai_api_key", "") == "not set"
+    assert mask_secret("telegram_bot_token", "123456789:AAbcdefghijklmnopqrstuvwxyz0123") == "…0123"
+    assert mask_secret("open_ai_api_key", "abcdefghijklmno") == "set"  # too short to show any of it
+    assert mask_secret("admin_password", "hunter2-pass") == "set"
+    assert mask_secret("admin_password", "a-very-long-password-of-forty-characters") == "set"
+    assert mask_secret("admin_password", "") == "not set"
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):

@@ -355,3 +355,20 @@ async def test_a_failed_journal_write_during_shutdown_is_logged(tmp_path, caplog
     [record] = [r for r in caplog.records if r.name == "dispatcher.journal"]
     assert record.getMessage() == "could not journal a message received during shutdown"
     assert record.exc_info is not None and str(record.exc_info[1]) == "store is not open"
+
+
+async def test_an_ignored_message_is_logged_at_debug_with_its_reason_and_gets_no_reply(tmp_path, caplog):
+    async with Bot(tmp_path, single_chat_prefix=["bot"], group_chat_prefix=["@bot"]) as bot:
+        with caplog.at_level(logging.DEBUG, logger="dispatcher.intake"):
+            await bot.say("hello", message_id="41")
+            await bot.say("chatting", message_id="42", chat_id="-5", is_group=True)
+            await bot.say("bot hello", message_id="43")
+            assert await bot.channel.wait_for(1) == ["echo: hello"]
+        await bot.dispatcher.wait_idle()
+        ignored = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "ignored" in r.getMessage()]
+        assert ignored == [
+            'telegram message 41 in 100 ignored: it does not start with one of single_chat_prefix ["bot"]: start it '
+            'with one, or set single_chat_prefix to [""] to answer every message',
+            "telegram message 42 in -5 ignored: it does not trigger the bot (group_chat_prefix, an @mention, "
+            "group_chat_keyword or a reply)"]
+        assert bot.channel.texts() == ["echo: hello"]

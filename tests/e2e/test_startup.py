@@ -101,3 +101,19 @@ def test_the_lock_is_held_for_the_process_and_not_taken_twice(tmp_path):
                                                      "other one, or use PostgreSQL (db_url) to run several\n")
     finally:
         os.close(preflight._held_locks.pop(tmp_path / "chatbot.db"))
+
+
+def test_an_unreachable_postgresql_is_one_line_and_exit_2(tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bot = BotProcess(tmp_path, db_url=f"postgresql://bot:s3cret-pw@127.0.0.1:{port}/bot", data_dir="data")
+    bot.start(wait_for_log=None)
+    assert bot.proc.wait(30) == 2
+    assert bot.log() == (f"setup error: the database postgresql+psycopg://bot:***@127.0.0.1:{port}/bot cannot be "
+                         f'reached (connection failed: connection to server at "127.0.0.1", port {port} failed: '
+                         "Connection refused); check that PostgreSQL is running there and that db_url in config.json "
+                         "is right\n")
+    bot.stop()

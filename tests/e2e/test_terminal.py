@@ -30,9 +30,9 @@ def openai_server():
         yield srv
 
 
-def spawn(tmp_path: Path, base_url: str) -> pexpect.spawn:
+def spawn(tmp_path: Path, base_url: str, **settings) -> pexpect.spawn:
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"open_ai_api_base": base_url, "open_ai_api_key": "k", "data_dir": "data"}))
+    path.write_text(json.dumps({"open_ai_api_base": base_url, "open_ai_api_key": "k", "data_dir": "data", **settings}))
     env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "TERM": "xterm", "HOME": str(tmp_path)}
     return pexpect.spawn(sys.executable, [str(ROOT / "app.py"), "--config", str(path)], cwd=str(tmp_path), env=env,
                          encoding="utf-8", timeout=30, dimensions=(24, 100))
@@ -148,3 +148,37 @@ def test_a_streamed_reply_shows_before_it_is_complete(tmp_path, openai_server):
         expect(child, pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_a_line_the_private_chat_prefix_ignores_gets_a_one_line_hint(tmp_path, openai_server):
+    child = spawn(tmp_path, openai_server.base_url, single_chat_prefix=["bot"])  # CowAgent's setting
+    try:
+        expect(child, "you>")
+        child.send("hello\r")
+        expect(child, re.escape('not answered: it does not start with one of single_chat_prefix ["bot"]: start it '
+                                'with one, or set single_chat_prefix to [""] to answer every message\r\n'), timeout=5)
+        expect(child, "you>")
+        child.send("bot hello\r")
+        expect(child, "bot> echo: hello\r\n")
+        child.sendcontrol("d")
+        expect(child, pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert user_texts(openai_server) == ["hello"]
+
+
+def test_a_repaired_config_file_is_said_where_its_rejection_was(tmp_path, openai_server):
+    child = spawn(tmp_path, openai_server.base_url)
+    path = tmp_path / "config.json"
+    good = path.read_text()
+    try:
+        expect(child, "you>")
+        path.write_text('{"model": ')  # an editor's half-written save
+        expect(child, "config.json change rejected: .* is not valid JSON", timeout=10)
+        path.write_text(json.dumps({**json.loads(good), "model": "gpt-4o"}))
+        expect(child, "config.json is valid again: its settings are applied", timeout=10)
+        child.sendcontrol("d")
+        expect(child, pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0

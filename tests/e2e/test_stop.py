@@ -1,0 +1,99 @@
+"""A graceful stop (issue 29 items 6 and 7), through ``python app.py``: what the last summaries wrote is indexed
+before the database closes, and a Ctrl-C that waits for a summary says so, and a second one stops at once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from summaries.text import SUMMARY_SYSTEM_PROMPT
+from tests.e2e.test_secrets import spawn_terminal
+from tests.e2e.test_terminal import expect
+from tests.fakes.bot_process import clean_env
+from tests.fakes.openai_server import FakeOpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class SlowSummaries:
+    """Answers summary requests after ``delay`` s (until released), chat requests with the default echo."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.release = threading.Event()
+        self.asked = threading.Event()
+
+    def __call__(self, body):
+        if body["messages"][0]["content"] != SUMMARY_SYSTEM_PROMPT:
+            return None
+        self.asked.set()
+        self.release.wait(self.delay)
+        return "- the user said one and two"
+
+
+@pytest.fixture
+def openai_server():
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+def chunks(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT source, text FROM memory_chunks ORDER BY id").fetchall()
+
+
+def test_what_the_last_summary_wrote_is_indexed_before_the_store_closes(tmp_path, openai_server):
+    slow = openai_server.responder = SlowSummaries(1.5)  # it finishes during the stop
+    # the default embedding model ("local") loads on first use, in a worker thread: the race of issue 29
+    (tmp_path / "config.json").write_text(json.dumps({
+        "open_ai_api_base": openai_server.base_url, "open_ai_api_key": "k", "data_dir": "data",
+        "agent_max_context_turns": 1, "timezone": "UTC"}), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "app.py")], input="one\ntwo\n", capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert slow.asked.is_set()
+    log = (tmp_path / "data" / "bot.log").read_text(encoding="utf-8")
+    assert "indexing failed" not in log and "store is not open" not in log
+    (daily,) = (tmp_path / "data" / "memory" / "terminal_local").glob("*.md")
+    assert "- the user said one and two" in daily.read_text(encoding="utf-8")
+    assert (daily.name, "the user said one and two") in chunks(tmp_path / "data" / "chatbot.db")
+
+
+def test_ctrl_c_says_it_waits_for_a_summary_and_a_second_one_stops_now(tmp_path, openai_server):
+    slow = openai_server.responder = SlowSummaries(60)
+    child = spawn_terminal(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k",
+                           agent_max_context_turns=1, timezone="UTC", memory_embedding_model="")
+    try:
+        expect(child, "you>")
+        child.send("one\r")
+        expect(child, "bot> echo: one\r\n")
+        child.send("two\r")
+        expect(child, "bot> echo: two\r\n")
+        assert slow.asked.wait(20), "the trim asked for a summary"
+        expect(child, "you>")
+        child.sendcontrol("c")
+        expect(child, "stopping…", timeout=5)
+        expect(child, r"stopping: waiting up to 10 s for 1 summary to finish; press Ctrl-C again to stop now "
+                      r"\(they resume at the next start\)", timeout=5)
+        child.sendcontrol("c")
+        expect(child, "stopping now: what is unfinished resumes at the next start", timeout=5)
+        expect(child, pexpect.EOF, timeout=10)  # the summary would have taken 60 s
+    finally:
+        child.close(force=True)
+        slow.release.set()
+    assert child.exitstatus == 0
+    assert not list((tmp_path / "data" / "memory").glob("*/*.md"))
+    # the next start runs the summary cut short
+    slow.delay = 0
+    done = subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(tmp_path / "config.json")], input="",
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    (daily,) = (tmp_path / "data" / "memory" / "terminal_local").glob("*.md")
+    assert "- the user said one and two" in daily.read_text(encoding="utf-8")
