@@ -33,6 +33,7 @@ BUILTIN_CHANNELS: dict[str, str] = {
     "terminal": "channels.terminal",
     "telegram": "channels.telegram.channel",
     "wechat": "channels.wechat.channel",
+    "weixin": "channels.weixin.channel",
 }
 
 ChannelFactory = Callable[..., Any]

@@ -1,0 +1,247 @@
+"""The weixin channel: WeChat's official bot API (ClawBot / iLink) on the shared event loop.
+
+One background task does everything that receives: the QR login when no login is kept (or WeChat ended it),
+then the long poll. Each batch is handed to the dispatcher in order, and only once every message of it is
+journalled (``intake_settled``) is the batch's cursor saved to ``data_dir``. So a restart or a ``kill -9``
+cannot lose a message: the worst case is a crash between the journal and the cursor, after which the old
+cursor fetches the batch again, and the journal's unique ``(channel, message_id)`` makes that redelivery a
+duplicate that is not answered twice. The cursor is a file beside the bot token rather than a column written
+in the journal's transaction: it belongs to one login (deleted with it), the journal is the dispatcher's and
+shared by every channel, and redelivery is idempotent anyway; nothing is answered before it is journalled.
+
+Replies go out whole (WeChat cannot edit a sent message), split at the API's 4,000 characters, each piece with
+the ``context_token`` of the message it answers and a fresh ``client_id``. "typing…" uses the API's typing
+ticket. Network failures back off (1 s doubling to 30 s) with one log line when the API cannot be reached and
+one when it can again; errcode -14 is one log line and a new QR code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from channels.base import BaseChannel
+from channels.registry import register_channel
+from channels.weixin.client import (
+    FILE_ITEM,
+    IMAGE_ITEM,
+    LONG_POLL_S,
+    TEXT_ITEM,
+    TYPING_CANCEL,
+    USER_MESSAGE,
+    VIDEO_ITEM,
+    VOICE_ITEM,
+    ILinkClient,
+    ILinkError,
+    ILinkHTTPError,
+    SessionExpired,
+)
+from channels.weixin.login import Account, LoginFiles, LoginState, QrLogin
+from channels.weixin.text import MESSAGE_LIMIT, split_text
+from core.messages import IncomingMessage
+
+logger = logging.getLogger(__name__)
+
+#: what a message that is not text is called in ``IncomingMessage.content_type``
+CONTENT_TYPES = {IMAGE_ITEM: "photo", VOICE_ITEM: "voice", FILE_ITEM: "document", VIDEO_ITEM: "video"}
+#: backoff after a failed call: first and longest wait, in seconds
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 30.0
+#: a typing ticket is good for about a day; fetch a new one after this many seconds
+TICKET_TTL_S = 12 * 3600.0
+NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ILinkHTTPError)
+
+
+def to_incoming(raw: dict[str, Any], channel: str = "weixin") -> IncomingMessage | None:
+    """One iLink message as an :class:`IncomingMessage`; None for the bot's own and for malformed ones."""
+    sender = str(raw.get("from_user_id") or "")
+    if not sender or raw.get("message_type", USER_MESSAGE) != USER_MESSAGE:
+        return None
+    items = [item for item in raw.get("item_list") or [] if isinstance(item, dict)]
+    texts = [str((item.get("text_item") or {}).get("text") or "") for item in items if item.get("type") == TEXT_ITEM]
+    text = "\n".join(t for t in texts if t)
+    others = [item.get("type") for item in items if item.get("type") != TEXT_ITEM]
+    content_type = "text" if text or not others else CONTENT_TYPES.get(others[0], "other")
+    message_id = raw.get("message_id") or raw.get("seq") or raw.get("client_id") or ""
+    created = raw.get("create_time_ms")
+    when = datetime.fromtimestamp(created / 1000, UTC) if isinstance(created, int | float) and created > 0 \
+        else datetime.now(UTC)
+    return IncomingMessage(channel=channel, chat_id=sender, user_id=sender, text=text, message_id=str(message_id),
+                           time=when, content_type=content_type,
+                           extra={"context_token": str(raw.get("context_token") or "")})
+
+
+@register_channel("weixin")
+class WeixinChannel(BaseChannel):
+    """WeChat through its official bot API: QR login, long poll, replies with the message's context token."""
+
+    name = "weixin"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.files = LoginFiles(Path(config.data_dir))
+        self.base_url = (config.weixin_base_url or "https://ilinkai.weixin.qq.com").rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task | None = None
+        #: the API with the current login's token (None while logging in)
+        self.client: ILinkClient | None = None
+        #: the QR login in progress, or the last one (its state is shown by the web console)
+        self.login: QrLogin | None = None
+        self.cursor = ""
+        #: seconds the server holds a long poll
+        self.hold_s = LONG_POLL_S
+        self._failures = 0
+        self._tickets: dict[str, tuple[str, float]] = {}
+
+    @property
+    def login_state(self) -> LoginState:
+        """Where the login stands: confirmed while a token is in use."""
+        if self.client is not None:
+            return LoginState.CONFIRMED
+        return self.login.state if self.login is not None else LoginState.LOGGED_OUT
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start logging in (or using the kept login) and receiving, in the background; returns at once."""
+        if self._task is not None:
+            return
+        self._session = aiohttp.ClientSession()
+        self._task = asyncio.create_task(self._run(), name="weixin:receive")
+
+    async def stop(self) -> None:
+        """Stop receiving (what was fetched is journalled first) and close the connection."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.intake_settled is not None:
+            await asyncio.shield(self.intake_settled())
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def _run(self) -> None:
+        """Log in when needed, then poll; WeChat ending the session starts a new login."""
+        assert self._session is not None
+        while True:
+            account = self.files.load_account()
+            if account is None:
+                account = await self._log_in()
+            self.client = ILinkClient(self._session, account.base_url, account.bot_token)
+            self.cursor = self.files.load_cursor()
+            try:
+                await self._poll()
+            except SessionExpired:
+                logger.warning("weixin: WeChat ended the session (errcode -14); a new QR code follows, "
+                               "scan it to log in again")
+                self.files.forget_account()
+                self.client, self._tickets = None, {}
+
+    async def _log_in(self) -> Account:
+        """The QR login, tried again (with backoff) until it is confirmed."""
+        assert self._session is not None
+        while True:
+            self.login = QrLogin(ILinkClient(self._session, self.base_url), self.files)
+            try:
+                account = await self.login.run()
+            except (*NETWORK_ERRORS, ILinkError) as exc:
+                await self._back_off(exc)
+                continue
+            self._reachable()
+            return account
+
+    async def _poll(self) -> None:
+        """The long poll: hand each batch over, and save its cursor once the batch is journalled."""
+        assert self.client is not None
+        logger.info("weixin: receiving messages")
+        while True:
+            try:
+                updates = await self.client.get_updates(self.cursor, self.hold_s)
+            except SessionExpired:
+                raise
+            except (*NETWORK_ERRORS, ILinkError) as exc:
+                await self._back_off(exc)
+                continue
+            self._reachable()
+            if updates.hold_s is not None:
+                self.hold_s = updates.hold_s
+            for raw in updates.msgs:
+                self._take(raw)
+            if self.intake_settled is not None:
+                await asyncio.shield(self.intake_settled())
+            if updates.cursor and updates.cursor != self.cursor:
+                self.cursor = updates.cursor
+                self.files.save_cursor(updates.cursor)
+
+    def _take(self, raw: dict[str, Any]) -> None:
+        """Hand one message to the dispatcher; a bad one is logged and the next goes on."""
+        try:
+            incoming = to_incoming(raw, self.name)
+            if incoming is not None:
+                self.deliver_nowait(incoming)
+        except Exception:  # noqa: BLE001 - one bad message must not stop the channel
+            logger.exception("weixin: could not read message %s", raw.get("message_id", "?"))
+
+    async def _back_off(self, exc: BaseException) -> None:
+        """Wait before the next try: 1 s, doubling to 30 s. The first failure in a row is one WARNING line."""
+        self._failures += 1
+        delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 1))
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self._failures == 1:
+            logger.warning("weixin: cannot reach WeChat's bot API at %s (%s); retrying in the background, "
+                           "the other channels keep running", self.base_url, reason)
+        else:
+            logger.debug("weixin: still failing (%s); next try in %.0f s", reason, delay)
+        await asyncio.sleep(delay)
+
+    def _reachable(self) -> None:
+        if self._failures:
+            logger.info("weixin: WeChat's bot API answers again")
+        self._failures = 0
+
+    # --- sending --------------------------------------------------------------------------------
+    async def send(self, to: IncomingMessage, text: str) -> None:
+        """Send the whole answer, split at 4,000 characters, in reply to ``to`` (its context token)."""
+        client = self._client()
+        token = str(to.extra.get("context_token", ""))
+        for piece in split_text(text, MESSAGE_LIMIT):
+            await client.send_text(to.user_id, piece, token)
+        ticket = self._tickets.get(to.user_id)
+        if ticket is not None:
+            with contextlib.suppress(*NETWORK_ERRORS, ILinkError):
+                await client.send_typing(to.user_id, ticket[0], TYPING_CANCEL)
+
+    def _client(self) -> ILinkClient:
+        if self.client is None:
+            raise SessionExpired("sendmessage", -14, -14, "not logged in")
+        return self.client
+
+    def retry_delay(self, exc: BaseException, attempt: int) -> float | None:
+        """Network errors and 5xx are retried; a refusal by the API (a non-zero ret) is not."""
+        if isinstance(exc, ILinkHTTPError):
+            return 0.0 if exc.status >= 500 or exc.status == 429 else None
+        if isinstance(exc, ILinkError):
+            return None
+        return super().retry_delay(exc, attempt)
+
+    async def typing(self, to: IncomingMessage) -> None:
+        """Show "typing…" in the chat (a ticket per user, fetched once a day); errors are ignored."""
+        client = self.client
+        if client is None:
+            return
+        try:
+            ticket = self._tickets.get(to.user_id)
+            if ticket is None or time.monotonic() - ticket[1] > TICKET_TTL_S:
+                value = await client.typing_ticket(to.user_id, str(to.extra.get("context_token", "")))
+                ticket = self._tickets[to.user_id] = (value, time.monotonic())
+            await client.send_typing(to.user_id, ticket[0])
+        except (*NETWORK_ERRORS, ILinkError) as exc:
+            self._tickets.pop(to.user_id, None)
+            logger.debug("weixin: typing failed: %s", exc)
