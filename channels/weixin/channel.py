@@ -113,7 +113,7 @@ class WeixinChannel(BaseChannel):
         if self._task is not None:
             return
         self._session = aiohttp.ClientSession()
-        self._task = asyncio.create_task(self._run(), name="weixin:receive")
+        self._task = asyncio.create_task(self._run_logged(), name="weixin:receive")
 
     async def stop(self) -> None:
         """Stop receiving (what was fetched is journalled first) and close the connection."""
@@ -126,6 +126,13 @@ class WeixinChannel(BaseChannel):
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    async def _run_logged(self) -> None:
+        try:
+            await self._run()
+        except Exception as exc:  # noqa: BLE001 - a bug here must not take the other channels down
+            logger.exception("weixin: receiving stopped")
+            self.fail(f"receiving stopped by {type(exc).__name__}: {exc}")
 
     async def _run(self) -> None:
         """Log in when needed, then poll; WeChat ending the session starts a new login."""
@@ -195,7 +202,7 @@ class WeixinChannel(BaseChannel):
         delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 1))
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if self._failures == 1:
-            logger.warning("weixin: cannot reach WeChat's bot API at %s (%s); retrying in the background, "
+            logger.warning("weixin: WeChat's bot API at %s does not answer (%s); retrying in the background, "
                            "the other channels keep running", self.base_url, reason)
         else:
             logger.debug("weixin: still failing (%s); next try in %.0f s", reason, delay)

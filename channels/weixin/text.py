@@ -10,7 +10,7 @@ def split_text(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     """Split ``text`` into messages of at most ``limit`` characters, each whole: at a paragraph break where
     one is in the second half of a piece, else at a line break, else at a space, else hard.
 
-    Nothing is dropped or repeated: the pieces joined with what was cut at (breaks) give the text back.
+    Nothing is dropped or repeated but the line breaks and spaces a piece was cut at.
     """
     pieces: list[str] = []
     rest = text.strip("\n")

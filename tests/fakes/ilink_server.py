@@ -141,7 +141,7 @@ class FakeILink:
         for name, handler in (("getupdates", self._getupdates), ("sendmessage", self._sendmessage),
                               ("getconfig", self._getconfig), ("sendtyping", self._sendtyping)):
             app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
-        self._runner = web.AppRunner(app, handle_signals=False)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
