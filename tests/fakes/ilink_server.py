@@ -305,7 +305,8 @@ class FakeILink:
         if after is None:
             return self._violation(f"getupdates with a cursor the server never gave: {cursor!r}")
         with self._lock:
-            after = after or self.confirmed  # "" starts after what a cursor confirmed
+            if cursor == "":  # a new poller starts after what a cursor confirmed
+                after = self.confirmed
             self.confirmed = max(self.confirmed, after)
         deadline = time.monotonic() + self.hold_s
         while time.monotonic() < deadline and not self._stopping:

@@ -1,0 +1,151 @@
+"""End to end through app.py: the weixin channel against the fake iLink server and the fake OpenAI server."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.bot_process import BotProcess
+from tests.fakes.ilink_server import FakeILink, decode_cursor, encode_cursor
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+USER = "alice@im.wechat"
+
+
+@pytest.fixture
+def servers():
+    with FakeILink(hold_s=2, qr_hold_s=2) as api, FakeOpenAIServer() as llm:
+        yield api, llm
+
+
+def start_bot(folder: Path, api: FakeILink, llm: FakeOpenAIServer, **extra) -> BotProcess:
+    return BotProcess(folder, channel_type="weixin", weixin_base_url=api.base_url, open_ai_api_base=llm.base_url,
+                      open_ai_api_key="test", data_dir="data", **extra).start()
+
+
+def log_in(api: FakeILink, codes: int = 1) -> None:
+    api.wait_for_qr(codes)
+    api.confirm_qr()
+
+
+def cursor_seq(folder: Path) -> int:
+    path = folder / "data" / "weixin_cursor.json"
+    return decode_cursor(json.loads(path.read_text())["get_updates_buf"]) or 0 if path.exists() else 0
+
+
+def wait_for(check, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.05)
+
+
+def everything_logged(bot: BotProcess, folder: Path) -> str:
+    return bot.log() + (folder / "data" / "bot.log").read_text(encoding="utf-8", errors="replace")
+
+
+def test_qr_that_expires_once_then_answers_in_order_split_and_restart_without_scan(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    api.wait_for_qr(1)
+    api.set_qr("expired")
+    log_in(api, codes=2)
+    for text in ("one", "two", "three"):
+        api.push_text(USER, text)
+    assert api.wait_sent(USER, 3) == ["echo: one", "echo: two", "echo: three"]
+    assert (USER, 1) in api.typing
+    answer = "\n\n".join(f"paragraph {i} " + "x" * 980 for i in range(10))  # about 10,000 characters
+    llm.enqueue_text(answer)
+    api.push_text(USER, "a long one please")
+    pieces = api.wait_sent(USER, 6)[3:]
+    assert [len(p) <= 4000 for p in pieces] == [True, True, True]
+    assert "\n\n".join(pieces) == answer
+    assert bot.stop() == 0
+    account = tmp_path / "data" / "weixin_account.json"
+    assert account.stat().st_mode & 0o077 == 0
+    logged = everything_logged(bot, tmp_path)
+    assert "weixin: the QR code expired; here is a fresh one" in logged
+    assert api.tokens[0] not in logged and "Traceback" not in logged
+
+    bot.start()
+    api.push_text(USER, "four")
+    assert api.wait_sent(USER, 7)[-1] == "echo: four"
+    assert bot.stop() == 0
+    assert len(api.codes) == 2, "the restart needed no scan"
+    assert api.tokens[0] not in everything_logged(bot, tmp_path)
+    assert api.violations == []
+
+
+def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    log_in(api)
+    api.push_text(USER, "first")
+    api.wait_sent(USER, 1)
+    llm.latency = 5.0
+    requests = len(llm.requests)
+    mid = api.push_text(USER, "slow")
+    llm.wait_for_requests(requests + 1, timeout=15)
+    wait_for(lambda: cursor_seq(tmp_path) >= 2)  # journalled, then confirmed by the saved cursor
+    bot.kill()
+    llm.latency = 0.0
+    bot.start()
+    api.push_text(USER, "after")
+    api.wait_sent(USER, 3)
+    time.sleep(1.0)  # nothing more may come
+    assert api.sent_to(USER) == ["echo: first", "echo: slow", "echo: after"]
+    assert api.deliveries[str(mid)] == 1, "the cursor was kept: nothing fetched twice"
+    assert bot.stop() == 0
+
+
+def test_a_redelivered_batch_is_not_answered_twice(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    log_in(api)
+    mid = api.push_text(USER, "once")
+    api.wait_sent(USER, 1)
+    wait_for(lambda: cursor_seq(tmp_path) >= 1)
+    assert bot.stop() == 0
+    # A crash after the journal but before the cursor was saved: the old cursor fetches the message again.
+    (tmp_path / "data" / "weixin_cursor.json").write_text(json.dumps({"get_updates_buf": encode_cursor(0)}))
+    bot.start()
+    wait_for(lambda: api.deliveries.get(str(mid)) == 2)
+    api.push_text(USER, "next")
+    api.wait_sent(USER, 2)
+    time.sleep(0.5)
+    assert api.sent_to(USER) == ["echo: once", "echo: next"]
+    assert bot.stop() == 0
+    assert "duplicate weixin message" in everything_logged(bot, tmp_path)
+
+
+def test_session_ended_by_wechat_means_a_new_qr_then_messages_flow(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    log_in(api)
+    api.push_text(USER, "before")
+    api.wait_sent(USER, 1)
+    api.end_session()
+    log_in(api, codes=2)
+    api.push_text(USER, "after")
+    assert api.wait_sent(USER, 2) == ["echo: before", "echo: after"]
+    assert bot.stop() == 0
+    logged = bot.log()
+    assert logged.count("WeChat ended the session (errcode -14)") == 1
+    assert all(token not in everything_logged(bot, tmp_path) for token in api.tokens)
+
+
+def test_an_unreachable_weixin_is_one_line_and_telegram_keeps_running(tmp_path):
+    with FakeTelegramAPI(username="fake_bot") as tg, FakeOpenAIServer() as llm:
+        bot = BotProcess(tmp_path, channel_type=["telegram", "weixin"], weixin_base_url="http://127.0.0.1:9",
+                         telegram_bot_token=tg.token, telegram_base_url=tg.base_url, telegram_rate_limit=False,
+                         open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data").start()
+        tg.push_text(1001, "hello", user_id=1001, first_name="Alice")
+        wait_for(lambda: tg.chat_texts(1001) == ["echo: hello"])
+        assert bot.stop() == 0
+    weixin_lines = [line for line in bot.log().splitlines() if "weixin:" in line and "WARNING" in line]
+    assert len(weixin_lines) == 1 and "does not answer" in weixin_lines[0]
