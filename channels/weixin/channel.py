@@ -45,6 +45,7 @@ from channels.weixin.client import (
 )
 from channels.weixin.login import Account, LoginFiles, LoginState, QrLogin
 from channels.weixin.text import MESSAGE_LIMIT, split_text
+from core.errors import BotError
 from core.messages import IncomingMessage
 
 logger = logging.getLogger(__name__)
@@ -59,11 +60,14 @@ NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ILinkHTTPError)
 
 
 def to_incoming(raw: dict[str, Any], channel: str = "weixin") -> IncomingMessage | None:
-    """One iLink message as an :class:`IncomingMessage`; None for the bot's own and for malformed ones."""
+    """One iLink message as an :class:`IncomingMessage`; None for the bot's own, empty and malformed ones."""
     sender = str(raw.get("from_user_id") or "")
     if not sender or raw.get("message_type", USER_MESSAGE) != USER_MESSAGE:
         return None
-    items = [item for item in raw.get("item_list") or [] if isinstance(item, dict)]
+    listed = raw.get("item_list")
+    items = [item for item in listed if isinstance(item, dict)] if isinstance(listed, list) else []
+    if not items:
+        return None  # nothing a person wrote (or a shape this version does not know)
     texts = [str((item.get("text_item") or {}).get("text") or "") for item in items if item.get("type") == TEXT_ITEM]
     text = "\n".join(t for t in texts if t)
     others = [item.get("type") for item in items if item.get("type") != TEXT_ITEM]
@@ -75,6 +79,10 @@ def to_incoming(raw: dict[str, Any], channel: str = "weixin") -> IncomingMessage
     return IncomingMessage(channel=channel, chat_id=sender, user_id=sender, text=text, message_id=str(message_id),
                            time=when, content_type=content_type,
                            extra={"context_token": str(raw.get("context_token") or "")})
+
+
+class NotLoggedIn(BotError):
+    """A reply cannot go out yet: no login (the QR code waits to be scanned)."""
 
 
 @register_channel("weixin")
@@ -108,24 +116,51 @@ class WeixinChannel(BaseChannel):
         return self.login.state if self.login is not None else LoginState.LOGGED_OUT
 
     # --- lifecycle ------------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Start logging in (or using the kept login) and receiving, in the background; returns at once."""
-        if self._task is not None:
-            return
-        self._session = aiohttp.ClientSession()
-        self._task = asyncio.create_task(self._run_logged(), name="weixin:receive")
+    #: one process polls a login (several processes on one database: the elected one, DESIGN §10)
+    single_receiver = True
 
-    async def stop(self) -> None:
-        """Stop receiving (what was fetched is journalled first) and close the connection."""
+    async def start(self, intake: bool = True) -> None:
+        """Connect with the kept login, if any (replies can go out at once), then (``intake``) start logging in
+        when needed and receiving, in the background; returns at once."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+            self._use_kept_login()
+        if intake:
+            await self.start_intake()
+
+    async def start_intake(self) -> bool:
+        """Start the background task that logs in when needed and polls."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run_logged(), name="weixin:receive")
+        return True
+
+    async def stop_intake(self) -> None:
+        """Stop receiving; what was fetched is journalled first (its cursor may stay unsaved: fetched again
+        at the next start, and not answered twice)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if self.intake_settled is not None:
             await asyncio.shield(self.intake_settled())
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+
+    async def stop(self) -> None:
+        """Stop receiving and close the connection."""
+        try:
+            await self.stop_intake()
+        finally:
+            session, self._session = self._session, None
+            self.client = None
+            if session is not None:
+                await session.close()
+
+    def _use_kept_login(self) -> bool:
+        """Use the login kept in ``data_dir`` (True), if there is one."""
+        account = self.files.load_account()
+        if account is None or self._session is None:
+            return False
+        self.client = ILinkClient(self._session, account.base_url, account.bot_token)
+        return True
 
     async def _run_logged(self) -> None:
         try:
@@ -138,10 +173,9 @@ class WeixinChannel(BaseChannel):
         """Log in when needed, then poll; WeChat ending the session starts a new login."""
         assert self._session is not None
         while True:
-            account = self.files.load_account()
-            if account is None:
+            if self.client is None and not self._use_kept_login():
                 account = await self._log_in()
-            self.client = ILinkClient(self._session, account.base_url, account.bot_token)
+                self.client = ILinkClient(self._session, account.base_url, account.bot_token)
             self.cursor = self.files.load_cursor()
             try:
                 await self._poll()
@@ -166,11 +200,12 @@ class WeixinChannel(BaseChannel):
 
     async def _poll(self) -> None:
         """The long poll: hand each batch over, and save its cursor once the batch is journalled."""
-        assert self.client is not None
+        client = self.client
+        assert client is not None
         logger.info("weixin: receiving messages")
         while True:
             try:
-                updates = await self.client.get_updates(self.cursor, self.hold_s)
+                updates = await client.get_updates(self.cursor, self.hold_s)
             except SessionExpired:
                 raise
             except (*NETWORK_ERRORS, ILinkError) as exc:
@@ -218,22 +253,31 @@ class WeixinChannel(BaseChannel):
         """Send the whole answer, split at 4,000 characters, in reply to ``to`` (its context token)."""
         client = self._client()
         token = str(to.extra.get("context_token", ""))
-        for piece in split_text(text, MESSAGE_LIMIT):
-            await client.send_text(to.user_id, piece, token)
+        try:
+            for piece in split_text(text, MESSAGE_LIMIT):
+                await client.send_text(to.user_id, piece, token)
+        except SessionExpired:
+            if self.client is client:
+                self.client = None  # the next try reads the login again (a new one once it is scanned)
+            raise
         ticket = self._tickets.get(to.user_id)
         if ticket is not None:
             with contextlib.suppress(*NETWORK_ERRORS, ILinkError):
                 await client.send_typing(to.user_id, ticket[0], TYPING_CANCEL)
 
     def _client(self) -> ILinkClient:
-        if self.client is None:
-            raise SessionExpired("sendmessage", -14, -14, "not logged in")
+        if self.client is None and not self._use_kept_login():
+            raise NotLoggedIn("weixin is not logged in (waiting for the QR code to be scanned)")
+        assert self.client is not None
         return self.client
 
     def retry_delay(self, exc: BaseException, attempt: int) -> float | None:
-        """Network errors and 5xx are retried; a refusal by the API (a non-zero ret) is not."""
+        """Network errors, 5xx and a missing or ended login are retried (the reply waits for the new login);
+        any other refusal by the API (a non-zero ret) is not."""
         if isinstance(exc, ILinkHTTPError):
             return 0.0 if exc.status >= 500 or exc.status == 429 else None
+        if isinstance(exc, NotLoggedIn | SessionExpired):
+            return 0.0
         if isinstance(exc, ILinkError):
             return None
         return super().retry_delay(exc, attempt)

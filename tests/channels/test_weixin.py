@@ -220,3 +220,53 @@ def test_to_incoming_text_media_and_own_messages():
     assert to_incoming({**base, "item_list": [{"type": 3, "voice_item": {}}]}).content_type == "voice"
     assert to_incoming({**base, "message_type": 2, "item_list": []}) is None
     assert to_incoming({"item_list": []}) is None
+    assert to_incoming({**base, "item_list": []}) is None and to_incoming({**base, "item_list": "x"}) is None
+
+
+async def test_a_reply_goes_out_right_after_a_restart_and_waits_while_logged_out(api, tmp_path):
+    bot = await logged_in(api, tmp_path)
+    api.push_text(USER, "hi")
+    await until(lambda: len(bot.received) == 1)
+    message = bot.received[0]
+    await bot.channel.stop()
+    # a reply kept in the outbox is sent at the next start, before the poll runs
+    again = Bot(api, tmp_path)
+    await again.channel.start(intake=False)
+    try:
+        await again.channel.send(message, "kept reply")
+        assert api.sent_to(USER)[-1] == "kept reply"
+    finally:
+        await again.channel.stop()
+    (tmp_path / "weixin_account.json").unlink()
+    logged_out = Bot(api, tmp_path)
+    await logged_out.channel.start(intake=False)
+    try:
+        with pytest.raises(weixin_channel.NotLoggedIn) as err:
+            await logged_out.channel.send(message, "waits")
+        assert logged_out.channel.retry_delay(err.value, 0) == 0.0, "retried until a login"
+    finally:
+        await logged_out.channel.stop()
+
+
+def test_retry_delay_retries_what_can_pass_and_not_a_refusal(tmp_path):
+    from channels.weixin.client import ILinkError, ILinkHTTPError, SessionExpired
+
+    channel = WeixinChannel(Config(data_dir=str(tmp_path)))
+    assert channel.base_url == "https://ilinkai.weixin.qq.com"  # the default setting
+    assert channel.retry_delay(ILinkHTTPError("sendmessage", 502), 0) == 0.0
+    assert channel.retry_delay(ILinkHTTPError("sendmessage", 400), 0) is None
+    assert channel.retry_delay(SessionExpired("sendmessage", -14, -14, ""), 0) == 0.0
+    assert channel.retry_delay(ILinkError("sendmessage", -2, 0, "bad context"), 0) is None
+    assert channel.retry_delay(TimeoutError(), 0) == 0.0
+
+
+async def test_a_malformed_message_loses_nothing_after_it(api, tmp_path, caplog):
+    bot = await logged_in(api, tmp_path)
+    try:
+        api.push(USER, [{"type": 99}])  # an item type nobody knows yet
+        api.push(USER, "not a list")  # type: ignore[arg-type]
+        api.push_text(USER, "still here")
+        await until(lambda: len(bot.received) == 2)
+        assert [(m.content_type, m.text) for m in bot.received] == [("other", ""), ("text", "still here")]
+    finally:
+        await bot.channel.stop()
