@@ -270,3 +270,24 @@ async def test_a_malformed_message_loses_nothing_after_it(api, tmp_path, caplog)
         assert [(m.content_type, m.text) for m in bot.received] == [("other", ""), ("text", "still here")]
     finally:
         await bot.channel.stop()
+
+
+async def test_only_the_process_elected_to_receive_polls(api, tmp_path):
+    bot = await logged_in(api, tmp_path)
+    await bot.channel.stop()
+    follower = Bot(api, tmp_path)
+    assert follower.channel.single_receiver
+    await follower.channel.start(intake=False)
+    try:
+        polls = api.requests.count(("POST", "/ilink/bot/getupdates"))
+        api.push_text(USER, "for the leader")
+        await asyncio.sleep(0.3)
+        assert api.requests.count(("POST", "/ilink/bot/getupdates")) == polls and follower.received == []
+        assert await follower.channel.start_intake()
+        await until(lambda: [m.text for m in follower.received] == ["for the leader"])
+        await follower.channel.stop_intake()
+        polls = api.requests.count(("POST", "/ilink/bot/getupdates"))
+        await asyncio.sleep(0.3)
+        assert api.requests.count(("POST", "/ilink/bot/getupdates")) == polls
+    finally:
+        await follower.channel.stop()

@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.bot_process import BotProcess
+from tests.fakes.cluster import fresh_schema
 from tests.fakes.ilink_server import FakeILink, decode_cursor, encode_cursor
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 USER = "alice@im.wechat"
+TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
 
 
 @pytest.fixture
 def servers():
     with FakeILink(hold_s=2, qr_hold_s=2) as api, FakeOpenAIServer() as llm:
         yield api, llm
+
+
+@pytest.fixture(params=[
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set")),
+])
+def database(request) -> Iterator[dict[str, str]]:
+    """The journal on SQLite (the default) and on PostgreSQL: the settings that choose it."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
+        yield {"db_url": db_url}
 
 
 def start_bot(folder: Path, api: FakeILink, llm: FakeOpenAIServer, **extra) -> BotProcess:
@@ -81,9 +98,9 @@ def test_qr_that_expires_once_then_answers_in_order_split_and_restart_without_sc
     assert api.violations == []
 
 
-def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
+def test_kill_9_mid_turn_is_answered_once_after_restart(servers, database, tmp_path):
     api, llm = servers
-    bot = start_bot(tmp_path, api, llm)
+    bot = start_bot(tmp_path, api, llm, **database)
     log_in(api)
     api.push_text(USER, "first")
     api.wait_sent(USER, 1)
@@ -103,9 +120,9 @@ def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
     assert bot.stop() == 0
 
 
-def test_a_redelivered_batch_is_not_answered_twice(servers, tmp_path):
+def test_a_redelivered_batch_is_not_answered_twice(servers, database, tmp_path):
     api, llm = servers
-    bot = start_bot(tmp_path, api, llm)
+    bot = start_bot(tmp_path, api, llm, **database)
     log_in(api)
     mid = api.push_text(USER, "once")
     api.wait_sent(USER, 1)
