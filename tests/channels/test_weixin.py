@@ -72,6 +72,7 @@ async def test_qr_login_replaces_an_expired_code_and_keeps_the_token_owner_only(
         first = await asyncio.to_thread(api.wait_for_qr, 1)
         assert bot.channel.login_state is LoginState.WAITING
         assert (tmp_path / "weixin_qr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert stat.S_IMODE((tmp_path / "weixin_qr.png").stat().st_mode) == 0o600
         api.set_qr("expired")
         second = await asyncio.to_thread(api.wait_for_qr, 2)
         assert second.qrcode != first.qrcode and bot.channel.login.qr_content == second.content
@@ -80,9 +81,12 @@ async def test_qr_login_replaces_an_expired_code_and_keeps_the_token_owner_only(
         account = tmp_path / "weixin_account.json"
         assert stat.S_IMODE(account.stat().st_mode) == 0o600
         assert json.loads(account.read_text())["bot_token"] == api.tokens[0]
+        assert api.tokens[0] not in repr(bot.channel.files.load_account())
         assert not (tmp_path / "weixin_qr.png").exists()
         api.push_text(USER, "hello")
         assert await asyncio.to_thread(api.wait_sent, USER, 1) == ["echo: hello"]
+        await until(lambda: (tmp_path / "weixin_cursor.json").exists())
+        assert stat.S_IMODE((tmp_path / "weixin_cursor.json").stat().st_mode) == 0o600
     finally:
         await bot.channel.stop()
     assert "the QR code expired; here is a fresh one" in caplog.text

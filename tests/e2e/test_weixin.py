@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.replies import TEXT_ONLY_REPLY
 from tests.fakes.bot_process import BotProcess
 from tests.fakes.cluster import fresh_schema
 from tests.fakes.ilink_server import FakeILink, decode_cursor, encode_cursor
@@ -150,6 +151,8 @@ def test_session_ended_by_wechat_means_a_new_qr_then_messages_flow(servers, tmp_
     log_in(api, codes=2)
     api.push_text(USER, "after")
     assert api.wait_sent(USER, 2) == ["echo: before", "echo: after"]
+    api.push(USER, [{"type": 2, "image_item": {"media": {"encrypt_query_param": "x", "aes_key": "y"}}}])
+    assert api.wait_sent(USER, 3)[-1] == TEXT_ONLY_REPLY
     assert bot.stop() == 0
     logged = bot.log()
     assert logged.count("WeChat ended the session (errcode -14)") == 1
