@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import sys
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 ACCOUNT_FILE = "weixin_account.json"
 CURSOR_FILE = "weixin_cursor.json"
 QR_FILE = "weixin_qr.png"
+#: how many QR codes in a row are announced at WARNING
+LOUD_CODES = 3
 
 
 class LoginState(StrEnum):
@@ -152,7 +155,7 @@ class QrLogin:
                 logger.info("weixin: QR code scanned; confirm the login on the phone")
             elif status == "expired":
                 self.state = LoginState.EXPIRED
-                logger.warning("weixin: the QR code expired; here is a fresh one")
+                logger.log(self._level(), "weixin: the QR code expired; here is a fresh one")
                 code = await self._new_code()
                 status_client = self.client
                 continue
@@ -180,17 +183,23 @@ class QrLogin:
                     self.files.account_path)
         return account
 
+    def _level(self) -> int:
+        """WARNING for the first few codes; then INFO, so a bot left waiting for a scan does not flood the log
+        with a code every few minutes (the terminal and the PNG always show the current one)."""
+        return logging.WARNING if self.codes_shown <= LOUD_CODES else logging.INFO
+
     def _show(self, content: str) -> None:
         """Draw the code in the terminal, save it as PNG, and say in the log where to find it."""
         with contextlib.suppress(OSError):
             self.files.data_dir.mkdir(parents=True, exist_ok=True)
-            segno.make(content, error="L").save(str(self.files.qr_path), scale=6)
-            self.files.qr_path.chmod(0o600)
+            fd = os.open(self.files.qr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner-only from the start
+            with os.fdopen(fd, "wb") as out:
+                segno.make(content, error="L").save(out, kind="png", scale=6)
         stream = sys.stdout if sys.stdout.isatty() else sys.stderr
         try:
             stream.write(qr_text(content))
             stream.flush()
         except (UnicodeEncodeError, OSError, ValueError):
             logger.info("weixin: cannot draw the QR code on this terminal; open %s instead", self.files.qr_path)
-        logger.warning("weixin: scan the QR code with the WeChat app and confirm, to connect the bot (ClawBot); "
-                       "also saved as %s; link: %s", self.files.qr_path, content)
+        logger.log(self._level(), "weixin: scan the QR code with the WeChat app and confirm, to connect the bot "
+                   "(ClawBot); also saved as %s; link: %s", self.files.qr_path, content)

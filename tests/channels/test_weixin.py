@@ -297,3 +297,18 @@ async def test_only_the_process_elected_to_receive_polls(api, tmp_path):
         assert api.requests.count(("POST", "/ilink/bot/getupdates")) == polls
     finally:
         await follower.channel.stop()
+
+
+async def test_a_bot_left_waiting_for_a_scan_announces_only_the_first_codes_loudly(api, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    bot = Bot(api, tmp_path)
+    await bot.channel.start()
+    try:
+        for n in range(1, 6):
+            await asyncio.to_thread(api.wait_for_qr, n)
+            api.set_qr("expired")
+        await asyncio.to_thread(api.wait_for_qr, 6)
+    finally:
+        await bot.channel.stop()
+    levels = [r.levelname for r in caplog.records if "scan the QR code" in r.getMessage()]
+    assert levels == ["WARNING"] * 3 + ["INFO"] * 3
