@@ -13,6 +13,10 @@ Replies go out whole (WeChat cannot edit a sent message), split at the API's 4,0
 the ``context_token`` of the message it answers and a fresh ``client_id``. "typing…" uses the API's typing
 ticket. Network failures back off (1 s doubling to 30 s) with one log line when the API cannot be reached and
 one when it can again; errcode -14 is one log line and a new QR code.
+
+With several processes on one PostgreSQL database (DESIGN §10) and one shared ``data_dir``, only the elected
+process logs in and polls (``single_receiver``), and any process can send a reply (``answered_anywhere``): it
+reads the login from ``data_dir``, so a process that dies mid-turn is taken over like on Telegram.
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ class WeixinChannel(BaseChannel):
     # --- lifecycle ------------------------------------------------------------------------------
     #: one process polls a login (several processes on one database: the elected one, DESIGN §10)
     single_receiver = True
+    #: any process can reply: the login is read from the shared ``data_dir`` when a reply goes out
+    answered_anywhere = True
 
     async def start(self, intake: bool = True) -> None:
         """Connect with the kept login, if any (replies can go out at once), then (``intake``) start logging in

@@ -169,3 +169,48 @@ def test_an_unreachable_weixin_is_one_line_and_telegram_keeps_running(tmp_path):
         assert bot.stop() == 0
     weixin_lines = [line for line in bot.log().splitlines() if "weixin:" in line and "WARNING" in line]
     assert len(weixin_lines) == 1 and "does not answer" in weixin_lines[0]
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
+def test_two_processes_one_polls_and_the_other_takes_over_a_killed_one(servers, tmp_path):
+    api, llm = servers
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
+        settings = {"channel_type": "weixin", "weixin_base_url": api.base_url, "open_ai_api_base": llm.base_url,
+                    "open_ai_api_key": "test", "data_dir": str(tmp_path / "data"), "db_url": db_url,
+                    "memory_embedding_model": ""}
+        bots = []
+        for i in range(2):
+            (tmp_path / f"bot{i}").mkdir()
+            bots.append(BotProcess(tmp_path / f"bot{i}", **settings))
+        for bot in bots:
+            bot.start(wait_for_log=None)
+        try:
+            for bot in bots:
+                bot.wait_for_log("INFO app: ready:", 60)
+            log_in(api)
+            for text in ("one", "two"):
+                api.push_text(USER, text)
+            api.push_text("bob@im.wechat", "hi")
+            assert api.wait_sent(USER, 2) == ["echo: one", "echo: two"]
+            assert api.wait_sent("bob@im.wechat", 1) == ["echo: hi"]
+            wait_for(lambda: sum("weixin: receiving messages" in b.log() for b in bots) == 1)
+            leader = next(i for i, b in enumerate(bots) if "weixin: receiving messages" in b.log())
+            llm.latency = 5.0
+            requests = len(llm.requests)
+            api.push_text(USER, "slow")
+            llm.wait_for_requests(requests + 1, timeout=15)
+            bots[leader].kill()
+            llm.latency = 0.0
+            other = bots[1 - leader]
+            other.wait_for_log("weixin: receiving messages", 60)
+            api.push_text(USER, "after")
+            api.wait_sent(USER, 4, timeout=60)
+            time.sleep(1.0)
+            assert api.sent_to(USER) == ["echo: one", "echo: two", "echo: slow", "echo: after"]
+            assert len(api.codes) == 1, "the other process used the shared login"
+            slow = [r for r in llm.requests if "slow" in json.dumps(r["messages"][-1])]
+            assert len(slow) == 2, "asked once by the killed process, once by the one that took over"
+        finally:
+            for bot in bots:
+                if bot.pid is not None:
+                    bot.stop()
