@@ -290,8 +290,9 @@ class WeixinChannel(BaseChannel):
 
     async def typing(self, to: IncomingMessage) -> None:
         """Show "typing…" in the chat (a ticket per user, fetched once a day); errors are ignored."""
-        client = self.client
-        if client is None:
+        try:
+            client = self._client()
+        except NotLoggedIn:
             return
         try:
             ticket = self._tickets.get(to.user_id)
