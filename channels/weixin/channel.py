@@ -76,12 +76,16 @@ def to_incoming(raw: dict[str, Any], channel: str = "weixin") -> IncomingMessage
     text = "\n".join(t for t in texts if t)
     others = [item.get("type") for item in items if item.get("type") != TEXT_ITEM]
     content_type = "text" if text or not others else CONTENT_TYPES.get(others[0], "other")
+    quoted = next((item["ref_msg"] for item in items if isinstance(item.get("ref_msg"), dict)), {})
+    quoted_item = quoted.get("message_item") if isinstance(quoted.get("message_item"), dict) else {}
+    reply_to_text = str((quoted_item.get("text_item") or {}).get("text") or quoted.get("title") or "")
+    # a uint64: Python's json reads it exactly, so str() keeps every digit
     message_id = raw.get("message_id") or raw.get("seq") or raw.get("client_id") or ""
     created = raw.get("create_time_ms")
     when = datetime.fromtimestamp(created / 1000, UTC) if isinstance(created, int | float) and created > 0 \
         else datetime.now(UTC)
     return IncomingMessage(channel=channel, chat_id=sender, user_id=sender, text=text, message_id=str(message_id),
-                           time=when, content_type=content_type,
+                           time=when, content_type=content_type, reply_to_text=reply_to_text,
                            extra={"context_token": str(raw.get("context_token") or "")})
 
 

@@ -223,6 +223,11 @@ def test_to_incoming_text_media_and_own_messages():
     assert (photo.text, photo.content_type) == ("", "photo")
     assert to_incoming({**base, "item_list": [{"type": 3, "voice_item": {}}]}).content_type == "voice"
     assert to_incoming({**base, "message_type": 2, "item_list": []}) is None
+    quote = to_incoming({**base, "message_id": 7_000_000_000_000_000_123, "item_list": [
+        {"type": 1, "text_item": {"text": "is that true?"},
+         "ref_msg": {"title": "t", "message_item": {"type": 1, "text_item": {"text": "cats can fly"}}}}]})
+    assert (quote.text, quote.reply_to_text, quote.message_id) == ("is that true?", "cats can fly",
+                                                                   "7000000000000000123")
     assert to_incoming({"item_list": []}) is None
     assert to_incoming({**base, "item_list": []}) is None and to_incoming({**base, "item_list": "x"}) is None
 

@@ -188,7 +188,7 @@ class FakeILink:
         """A user sends a message (``copies`` > 1: the server delivers it that many times); returns its id."""
         with self._lock:
             seq = next(self._seq)
-            mid = message_id if message_id is not None else 7_000_000_000 + seq
+            mid = message_id if message_id is not None else 7_000_000_000_000_000_000 + seq  # a uint64 past 2**53
             token = f"ctx-{seq}-{secrets.token_hex(4)}"
             self.context_tokens[token] = user_id
             msg = {"seq": seq, "message_id": mid, "from_user_id": user_id, "to_user_id": self.bot_id,
