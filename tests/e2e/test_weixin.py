@@ -214,3 +214,13 @@ def test_two_processes_one_polls_and_the_other_takes_over_a_killed_one(servers, 
             for bot in bots:
                 if bot.pid is not None:
                     bot.stop()
+
+
+def test_stopping_while_the_qr_code_waits_is_a_clean_stop(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    api.wait_for_qr(1)
+    wait_for(lambda: (tmp_path / "data" / "weixin_qr.png").exists())  # shown, and waiting for the scan
+    assert bot.stop() == 0
+    assert "Traceback" not in everything_logged(bot, tmp_path)
+    assert not (tmp_path / "data" / "weixin_account.json").exists()
