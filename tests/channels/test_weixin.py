@@ -70,12 +70,14 @@ async def test_qr_login_replaces_an_expired_code_and_keeps_the_token_owner_only(
     await bot.channel.start()
     try:
         first = await asyncio.to_thread(api.wait_for_qr, 1)
+        await until(lambda: (tmp_path / "weixin_qr.png").exists())  # the bot has the code and shows it
         assert bot.channel.login_state is LoginState.WAITING
         assert (tmp_path / "weixin_qr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert stat.S_IMODE((tmp_path / "weixin_qr.png").stat().st_mode) == 0o600
         api.set_qr("expired")
         second = await asyncio.to_thread(api.wait_for_qr, 2)
-        assert second.qrcode != first.qrcode and bot.channel.login.qr_content == second.content
+        assert second.qrcode != first.qrcode
+        await until(lambda: bot.channel.login.qr_content == second.content)
         await asyncio.to_thread(api.confirm_qr)
         await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
         account = tmp_path / "weixin_account.json"
@@ -313,6 +315,7 @@ async def test_a_bot_left_waiting_for_a_scan_announces_only_the_first_codes_loud
             await asyncio.to_thread(api.wait_for_qr, n)
             api.set_qr("expired")
         await asyncio.to_thread(api.wait_for_qr, 6)
+        await until(lambda: bot.channel.login.codes_shown == 6)
     finally:
         await bot.channel.stop()
     levels = [r.levelname for r in caplog.records if "scan the QR code" in r.getMessage()]
