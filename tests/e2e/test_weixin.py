@@ -73,10 +73,14 @@ def test_qr_that_expires_once_then_answers_in_order_split_and_restart_without_sc
     api.wait_for_qr(1)
     api.set_qr("expired")
     log_in(api, codes=2)
-    for text in ("one", "two", "three"):
+    llm.latency = 1.0  # a turn long enough for "typing…" to show
+    api.push_text(USER, "one")
+    api.wait_sent(USER, 1)
+    assert (USER, 1) in api.typing
+    llm.latency = 0.0
+    for text in ("two", "three"):
         api.push_text(USER, text)
     assert api.wait_sent(USER, 3) == ["echo: one", "echo: two", "echo: three"]
-    assert (USER, 1) in api.typing
     answer = "\n\n".join(f"paragraph {i} " + "x" * 980 for i in range(10))  # about 10,000 characters
     llm.enqueue_text(answer)
     api.push_text(USER, "a long one please")
