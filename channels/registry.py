@@ -35,6 +35,7 @@ BUILTIN_CHANNELS: dict[str, str] = {
     "terminal": "channels.terminal",
     "telegram": "channels.telegram.channel",
     "wechat": "channels.wechat.channel",
+    "weixin": "channels.weixin.channel",
 }
 #: The package a built-in channel's platform library comes from, to name it when it cannot be imported.
 BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos"}

@@ -42,6 +42,7 @@ RESTART_KEYS = frozenset({
     "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
     "telegram_webhook_url", "telegram_webhook_listen", "telegram_webhook_port", "telegram_rate_limit",
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
+    "weixin_base_url",
 })
 
 #: The longest value /config accepts, in characters (the persona is the longest setting in practice).
@@ -107,6 +108,7 @@ class Config(BaseModel):
     telegram_webhook_listen: str = "127.0.0.1"
     telegram_webhook_port: int = Field(8443, ge=1, le=65535)
     wechat_hot_reload: bool = True
+    weixin_base_url: str = "https://ilinkai.weixin.qq.com"
     data_dir: str = "data"
     db_url: str = ""
     conversation_max_age_days: int = Field(30, ge=1)

@@ -22,7 +22,7 @@ group_shared_session group_chat_reply_prefix admin_users admin_password telegram
 telegram_mode telegram_rate_limit telegram_webhook_url telegram_webhook_listen telegram_webhook_port
 wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezone web_fetch_allow_private
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
-memory_flush azure_api_version""".split()
+memory_flush azure_api_version weixin_base_url""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -38,6 +38,7 @@ def test_defaults_cover_every_contract_key():
     assert cfg.group_name_white_list == ["ALL_GROUP"]
     assert cfg.telegram_base_url == "https://api.telegram.org/bot"
     assert cfg.telegram_webhook_listen == "127.0.0.1"
+    assert cfg.weixin_base_url == "https://ilinkai.weixin.qq.com"
     assert cfg.telegram_webhook_port == 8443
     assert cfg.conversation_max_age_days == 30
     assert cfg.cleanup_hour == 3

@@ -1,0 +1,1 @@
+"""WeChat through its official bot API (ClawBot / iLink): client, login, channel, text."""

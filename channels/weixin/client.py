@@ -1,0 +1,221 @@
+"""A small aiohttp client for WeChat's bot API (iLink, the "ClawBot" plugin's protocol).
+
+The protocol, as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its public descriptions give it:
+
+- ``GET ilink/bot/get_bot_qrcode?bot_type=3`` -> ``{"qrcode", "qrcode_img_content"}``: a login QR code;
+- ``GET ilink/bot/get_qrcode_status?qrcode=…`` (held up to about 35 s) -> ``{"status": "wait" | "scaned" |
+  "confirmed" | "expired" | "scaned_but_redirect", "bot_token", "ilink_bot_id", "baseurl", "ilink_user_id"}``;
+- ``POST ilink/bot/getupdates`` ``{"get_updates_buf", "base_info"}`` (a long poll) -> ``{"ret", "msgs",
+  "get_updates_buf", "longpolling_timeout_ms"}``;
+- ``POST ilink/bot/sendmessage`` ``{"msg": {…, "client_id", "context_token", "item_list"}, "base_info"}``;
+- ``POST ilink/bot/getconfig`` -> ``{"typing_ticket"}``, then ``POST ilink/bot/sendtyping`` (status 1 typing,
+  2 cancel).
+
+Every POST carries ``AuthorizationType: ilink_bot_token``, ``Authorization: Bearer <bot token>`` and
+``X-WECHAT-UIN`` (base64 of a random uint32 in decimal). A non-zero ``ret`` or ``errcode`` is an error;
+``-14`` means WeChat ended the session, and only a new QR login helps (:class:`SessionExpired`).
+
+Exceptions::
+
+    ILinkError              the API answered with a non-zero ret/errcode
+     └── SessionExpired     errcode -14: log in again
+    ILinkHTTPError          an HTTP status other than 200 (5xx are worth retrying)
+
+Network failures are aiohttp's own (``aiohttp.ClientError``) and ``TimeoutError``. Nothing here logs the bot
+token or the QR code's value.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import secrets
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from core.errors import BotError
+
+logger = logging.getLogger(__name__)
+
+#: the ``bot_type`` of a personal account's bot (what the ClawBot plugin asks for)
+BOT_TYPE = "3"
+#: what we tell the server in ``base_info.channel_version`` and ``iLink-App-ClientVersion`` (0x00MMNNPP)
+CHANNEL_VERSION = "1.0.0"
+CLIENT_VERSION = str(1 << 16)
+APP_ID = "bot"
+#: the server holds a long poll about this long unless it says otherwise (``longpolling_timeout_ms``)
+LONG_POLL_S = 35.0
+#: seconds a client waits past the server's hold before it gives up on a long poll
+POLL_MARGIN_S = 5.0
+#: seconds an ordinary call (send, typing, config) may take
+CALL_TIMEOUT_S = 15.0
+#: errcode: WeChat ended the bot's session
+SESSION_EXPIRED = -14
+#: item types of a message
+TEXT_ITEM, IMAGE_ITEM, VOICE_ITEM, FILE_ITEM, VIDEO_ITEM = 1, 2, 3, 4, 5
+#: message_type: sent by a person, sent by a bot; message_state: finished
+USER_MESSAGE, BOT_MESSAGE, FINISHED = 1, 2, 2
+TYPING, TYPING_CANCEL = 1, 2
+
+
+class ILinkError(BotError):
+    """The API answered with a non-zero ``ret`` or ``errcode``."""
+
+    def __init__(self, what: str, ret: int, errcode: int, errmsg: str) -> None:
+        super().__init__(f"{what}: ret={ret} errcode={errcode} {errmsg}".rstrip())
+        self.ret, self.errcode, self.errmsg = ret, errcode, errmsg
+
+
+class SessionExpired(ILinkError):
+    """errcode -14: WeChat ended the bot's session; only a new QR login helps."""
+
+
+class ILinkHTTPError(BotError):
+    """The API answered with an HTTP status other than 200."""
+
+    def __init__(self, what: str, status: int) -> None:
+        super().__init__(f"{what}: HTTP {status}")
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class QrCode:
+    """A login QR code: ``qrcode`` polls its status (keep it private), ``content`` is what the code shows."""
+
+    qrcode: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Updates:
+    """One long poll's answer."""
+
+    msgs: list[dict[str, Any]] = field(default_factory=list)
+    #: the cursor to send next ("" when the server sent none: keep the old one)
+    cursor: str = ""
+    #: how long the server wants to hold the next poll, in seconds (None: unchanged)
+    hold_s: float | None = None
+
+
+def wechat_uin() -> str:
+    """The ``X-WECHAT-UIN`` header: a random uint32, in decimal, base64-encoded."""
+    return base64.b64encode(str(secrets.randbits(32)).encode()).decode()
+
+
+def check(what: str, data: Any) -> dict[str, Any]:
+    """The answer as a dict; raise :class:`ILinkError` (or :class:`SessionExpired`) on a non-zero ret/errcode."""
+    if not isinstance(data, dict):
+        raise ILinkError(what, -1, -1, "the answer is not a JSON object")
+    ret, errcode = _int(data.get("ret")), _int(data.get("errcode"))
+    if SESSION_EXPIRED in (ret, errcode):
+        raise SessionExpired(what, ret, errcode, str(data.get("errmsg") or ""))
+    if ret or errcode:
+        raise ILinkError(what, ret, errcode, str(data.get("errmsg") or ""))
+    return data
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return -1
+
+
+class ILinkClient:
+    """The iLink HTTP API at one base URL, with one bot token (empty before login)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str = "") -> None:
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}/{path}"
+
+    @staticmethod
+    def _app_headers() -> dict[str, str]:
+        return {"iLink-App-Id": APP_ID, "iLink-App-ClientVersion": CLIENT_VERSION}
+
+    def _headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/json", "AuthorizationType": "ilink_bot_token",
+                "Authorization": f"Bearer {self.token}", "X-WECHAT-UIN": wechat_uin(), **self._app_headers()}
+
+    async def _get(self, what: str, path: str, params: dict[str, str], limit_s: float) -> dict[str, Any]:
+        async with self.session.get(self._url(path), params=params, headers=self._app_headers(),
+                                    timeout=aiohttp.ClientTimeout(total=limit_s)) as resp:
+            if resp.status != 200:
+                raise ILinkHTTPError(what, resp.status)
+            return check(what, await resp.json(content_type=None))
+
+    async def _post(self, what: str, path: str, body: dict[str, Any], limit_s: float) -> dict[str, Any]:
+        body = {**body, "base_info": {"channel_version": CHANNEL_VERSION}}
+        async with self.session.post(self._url(path), json=body, headers=self._headers(),
+                                     timeout=aiohttp.ClientTimeout(total=limit_s)) as resp:
+            if resp.status != 200:
+                raise ILinkHTTPError(what, resp.status)
+            text = await resp.text()
+        # sendmessage may answer with an empty body or "{}"
+        return check(what, _json(text) if text.strip() else {})
+
+    # --- login ----------------------------------------------------------------------------------
+    async def get_qrcode(self) -> QrCode:
+        """A fresh login QR code."""
+        data = await self._get("get_bot_qrcode", "ilink/bot/get_bot_qrcode", {"bot_type": BOT_TYPE}, CALL_TIMEOUT_S)
+        qrcode, content = str(data.get("qrcode") or ""), str(data.get("qrcode_img_content") or "")
+        if not qrcode or not content:
+            raise ILinkError("get_bot_qrcode", -1, -1, "no QR code in the answer")
+        return QrCode(qrcode, content)
+
+    async def qrcode_status(self, qrcode: str, hold_s: float = LONG_POLL_S) -> dict[str, Any]:
+        """The QR code's status (held by the server until it changes or about 35 s pass); "wait" when the
+        hold ends without an answer."""
+        try:
+            return await self._get("get_qrcode_status", "ilink/bot/get_qrcode_status", {"qrcode": qrcode},
+                                   hold_s + POLL_MARGIN_S)
+        except TimeoutError:
+            return {"status": "wait"}
+
+    # --- messages -------------------------------------------------------------------------------
+    async def get_updates(self, cursor: str, hold_s: float = LONG_POLL_S) -> Updates:
+        """Long-poll for messages after ``cursor``; a hold that ends without an answer is an empty batch."""
+        try:
+            data = await self._post("getupdates", "ilink/bot/getupdates", {"get_updates_buf": cursor},
+                                    hold_s + POLL_MARGIN_S)
+        except TimeoutError:
+            return Updates(cursor=cursor)
+        msgs = data.get("msgs") or []
+        hold = data.get("longpolling_timeout_ms")
+        return Updates(msgs=[m for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else [],
+                       cursor=str(data.get("get_updates_buf") or ""),
+                       hold_s=hold / 1000 if isinstance(hold, int | float) and hold > 0 else None)
+
+    async def send_text(self, to_user_id: str, text: str, context_token: str) -> str:
+        """Send one finished text message in reply to a message's ``context_token``; returns its client_id."""
+        client_id = uuid.uuid4().hex
+        msg = {"from_user_id": "", "to_user_id": to_user_id, "client_id": client_id,
+               "message_type": BOT_MESSAGE, "message_state": FINISHED, "context_token": context_token,
+               "item_list": [{"type": TEXT_ITEM, "text_item": {"text": text}}]}
+        await self._post("sendmessage", "ilink/bot/sendmessage", {"msg": msg}, CALL_TIMEOUT_S)
+        return client_id
+
+    async def typing_ticket(self, user_id: str, context_token: str) -> str:
+        """The ticket that lets the bot show "typing…" to ``user_id``."""
+        data = await self._post("getconfig", "ilink/bot/getconfig",
+                                {"ilink_user_id": user_id, "context_token": context_token}, CALL_TIMEOUT_S)
+        return str(data.get("typing_ticket") or "")
+
+    async def send_typing(self, user_id: str, ticket: str, status: int = TYPING) -> None:
+        """Show (status 1) or cancel (status 2) "typing…" in the user's chat."""
+        await self._post("sendtyping", "ilink/bot/sendtyping",
+                         {"ilink_user_id": user_id, "typing_ticket": ticket, "status": status}, CALL_TIMEOUT_S)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ILinkError("answer", -1, -1, f"not JSON ({exc})") from None

@@ -1,0 +1,230 @@
+"""End to end through app.py: the weixin channel against the fake iLink server and the fake OpenAI server."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dispatcher.replies import TEXT_ONLY_REPLY
+from tests.fakes.bot_process import BotProcess
+from tests.fakes.cluster import fresh_schema
+from tests.fakes.ilink_server import FakeILink, decode_cursor, encode_cursor
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+USER = "alice@im.wechat"
+TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
+
+
+@pytest.fixture
+def servers():
+    with FakeILink(hold_s=2, qr_hold_s=2) as api, FakeOpenAIServer() as llm:
+        yield api, llm
+
+
+@pytest.fixture(params=[
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set")),
+])
+def database(request) -> Iterator[dict[str, str]]:
+    """The journal on SQLite (the default) and on PostgreSQL: the settings that choose it."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
+        yield {"db_url": db_url}
+
+
+def start_bot(folder: Path, api: FakeILink, llm: FakeOpenAIServer, **extra) -> BotProcess:
+    return BotProcess(folder, channel_type="weixin", weixin_base_url=api.base_url, open_ai_api_base=llm.base_url,
+                      open_ai_api_key="test", data_dir="data", **extra).start()
+
+
+def log_in(api: FakeILink, codes: int = 1) -> None:
+    api.wait_for_qr(codes)
+    api.confirm_qr()
+
+
+def cursor_seq(folder: Path) -> int:
+    path = folder / "data" / "weixin_cursor.json"
+    return decode_cursor(json.loads(path.read_text())["get_updates_buf"]) or 0 if path.exists() else 0
+
+
+def wait_for(check, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.05)
+
+
+def everything_logged(bot: BotProcess, folder: Path) -> str:
+    return bot.log() + (folder / "data" / "bot.log").read_text(encoding="utf-8", errors="replace")
+
+
+def test_qr_that_expires_once_then_answers_in_order_split_and_restart_without_scan(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    api.wait_for_qr(1)
+    api.set_qr("expired")
+    log_in(api, codes=2)
+    llm.latency = 1.0  # a turn long enough for "typing…" to show
+    api.push_text(USER, "one")
+    api.wait_sent(USER, 1)
+    assert (USER, 1) in api.typing
+    llm.latency = 0.0
+    for text in ("two", "three"):
+        api.push_text(USER, text)
+    assert api.wait_sent(USER, 3) == ["echo: one", "echo: two", "echo: three"]
+    answer = "\n\n".join(f"paragraph {i} " + "x" * 980 for i in range(10))  # about 10,000 characters
+    llm.enqueue_text(answer)
+    api.push_text(USER, "a long one please")
+    pieces = api.wait_sent(USER, 6)[3:]
+    assert [len(p) <= 4000 for p in pieces] == [True, True, True]
+    assert "\n\n".join(pieces) == answer
+    assert bot.stop() == 0
+    account = tmp_path / "data" / "weixin_account.json"
+    assert account.stat().st_mode & 0o077 == 0
+    logged = everything_logged(bot, tmp_path)
+    assert "weixin: the QR code expired; here is a fresh one" in logged
+    assert api.tokens[0] not in logged and "Traceback" not in logged
+
+    bot.start()
+    api.push_text(USER, "four")
+    assert api.wait_sent(USER, 7)[-1] == "echo: four"
+    assert bot.stop() == 0
+    assert len(api.codes) == 2, "the restart needed no scan"
+    assert api.tokens[0] not in everything_logged(bot, tmp_path)
+    assert api.violations == []
+
+
+def test_kill_9_mid_turn_is_answered_once_after_restart(servers, database, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm, **database)
+    log_in(api)
+    api.push_text(USER, "first")
+    api.wait_sent(USER, 1)
+    llm.latency = 5.0
+    requests = len(llm.requests)
+    mid = api.push_text(USER, "slow")
+    llm.wait_for_requests(requests + 1, timeout=15)
+    wait_for(lambda: cursor_seq(tmp_path) >= 2)  # journalled, then confirmed by the saved cursor
+    bot.kill()
+    llm.latency = 0.0
+    bot.start()
+    api.push_text(USER, "after")
+    api.wait_sent(USER, 3)
+    time.sleep(1.0)  # nothing more may come
+    assert api.sent_to(USER) == ["echo: first", "echo: slow", "echo: after"]
+    assert api.deliveries[str(mid)] == 1, "the cursor was kept: nothing fetched twice"
+    assert bot.stop() == 0
+
+
+def test_a_redelivered_batch_is_not_answered_twice(servers, database, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm, **database)
+    log_in(api)
+    mid = api.push_text(USER, "once")
+    api.wait_sent(USER, 1)
+    wait_for(lambda: cursor_seq(tmp_path) >= 1)
+    assert bot.stop() == 0
+    # A crash after the journal but before the cursor was saved: the old cursor fetches the message again.
+    (tmp_path / "data" / "weixin_cursor.json").write_text(json.dumps({"get_updates_buf": encode_cursor(0)}))
+    bot.start()
+    wait_for(lambda: api.deliveries.get(str(mid)) == 2)
+    api.push_text(USER, "next")
+    api.wait_sent(USER, 2)
+    time.sleep(0.5)
+    assert api.sent_to(USER) == ["echo: once", "echo: next"]
+    assert bot.stop() == 0
+    assert "duplicate weixin message" in everything_logged(bot, tmp_path)
+
+
+def test_session_ended_by_wechat_means_a_new_qr_then_messages_flow(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    log_in(api)
+    api.push_text(USER, "before")
+    api.wait_sent(USER, 1)
+    api.end_session()
+    log_in(api, codes=2)
+    api.push_text(USER, "after")
+    assert api.wait_sent(USER, 2) == ["echo: before", "echo: after"]
+    api.push(USER, [{"type": 2, "image_item": {"media": {"encrypt_query_param": "x", "aes_key": "y"}}}])
+    assert api.wait_sent(USER, 3)[-1] == TEXT_ONLY_REPLY
+    assert bot.stop() == 0
+    logged = bot.log()
+    assert logged.count("WeChat ended the session (errcode -14)") == 1
+    assert all(token not in everything_logged(bot, tmp_path) for token in api.tokens)
+
+
+def test_an_unreachable_weixin_is_one_line_and_telegram_keeps_running(tmp_path):
+    with FakeTelegramAPI(username="fake_bot") as tg, FakeOpenAIServer() as llm:
+        bot = BotProcess(tmp_path, channel_type=["telegram", "weixin"], weixin_base_url="http://127.0.0.1:9",
+                         telegram_bot_token=tg.token, telegram_base_url=tg.base_url, telegram_rate_limit=False,
+                         open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data").start()
+        tg.push_text(1001, "hello", user_id=1001, first_name="Alice")
+        wait_for(lambda: tg.chat_texts(1001) == ["echo: hello"])
+        assert bot.stop() == 0
+    weixin_lines = [line for line in bot.log().splitlines() if "weixin:" in line and "WARNING" in line]
+    assert len(weixin_lines) == 1 and "does not answer" in weixin_lines[0]
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
+def test_two_processes_one_polls_and_the_other_takes_over_a_killed_one(servers, tmp_path):
+    api, llm = servers
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
+        settings = {"channel_type": "weixin", "weixin_base_url": api.base_url, "open_ai_api_base": llm.base_url,
+                    "open_ai_api_key": "test", "data_dir": str(tmp_path / "data"), "db_url": db_url,
+                    "memory_embedding_model": ""}
+        bots = []
+        for i in range(2):
+            (tmp_path / f"bot{i}").mkdir()
+            bots.append(BotProcess(tmp_path / f"bot{i}", **settings))
+        for bot in bots:
+            bot.start(wait_for_log=None)
+        try:
+            for bot in bots:
+                bot.wait_for_log("INFO app: ready:", 60)
+            log_in(api)
+            for text in ("one", "two"):
+                api.push_text(USER, text)
+            api.push_text("bob@im.wechat", "hi")
+            assert api.wait_sent(USER, 2) == ["echo: one", "echo: two"]
+            assert api.wait_sent("bob@im.wechat", 1) == ["echo: hi"]
+            wait_for(lambda: sum("weixin: receiving messages" in b.log() for b in bots) == 1)
+            leader = next(i for i, b in enumerate(bots) if "weixin: receiving messages" in b.log())
+            llm.latency = 5.0
+            requests = len(llm.requests)
+            api.push_text(USER, "slow")
+            llm.wait_for_requests(requests + 1, timeout=15)
+            bots[leader].kill()
+            llm.latency = 0.0
+            other = bots[1 - leader]
+            other.wait_for_log("weixin: receiving messages", 60)
+            api.push_text(USER, "after")
+            api.wait_sent(USER, 4, timeout=60)
+            time.sleep(1.0)
+            assert api.sent_to(USER) == ["echo: one", "echo: two", "echo: slow", "echo: after"]
+            assert len(api.codes) == 1, "the other process used the shared login"
+            slow = [r for r in llm.requests if "slow" in json.dumps(r["messages"][-1])]
+            assert len(slow) == 2, "asked once by the killed process, once by the one that took over"
+        finally:
+            for bot in bots:
+                if bot.pid is not None:
+                    bot.stop()
+
+
+def test_stopping_while_the_qr_code_waits_is_a_clean_stop(servers, tmp_path):
+    api, llm = servers
+    bot = start_bot(tmp_path, api, llm)
+    api.wait_for_qr(1)
+    wait_for(lambda: (tmp_path / "data" / "weixin_qr.png").exists())  # shown, and waiting for the scan
+    assert bot.stop() == 0
+    assert "Traceback" not in everything_logged(bot, tmp_path)
+    assert not (tmp_path / "data" / "weixin_account.json").exists()

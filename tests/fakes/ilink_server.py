@@ -1,0 +1,364 @@
+"""A fake of WeChat's bot API (iLink, the "ClawBot" protocol) on 127.0.0.1, for tests.
+
+It speaks the protocol as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its public descriptions
+give it: ``GET ilink/bot/get_bot_qrcode?bot_type=3``, ``GET ilink/bot/get_qrcode_status?qrcode=…`` (held until
+the status changes), and the bot calls, all ``POST`` with JSON and ``base_info``: ``getupdates`` (a long poll
+with an opaque ``get_updates_buf`` cursor and ``longpolling_timeout_ms``), ``sendmessage`` (``client_id``,
+``context_token``, one text item of at most 4,000 characters), ``getconfig`` (``typing_ticket``) and
+``sendtyping``. Every bot call must carry ``Content-Type: application/json``, ``AuthorizationType:
+ilink_bot_token``, ``Authorization: Bearer <token>`` and ``X-WECHAT-UIN`` (base64 of a decimal uint32); a
+request that does not is answered 400 and recorded in :attr:`FakeILink.violations`. A token WeChat ended
+(:meth:`FakeILink.end_session`) is answered ``{"ret": -14, "errcode": -14, "errmsg": "session timeout"}``.
+
+The server runs aiohttp on its own event loop in a background thread, so sync tests (``app.py`` in a
+subprocess) and async tests (the channel on the test's loop) use it alike::
+
+    with FakeILink(hold_s=1) as api:
+        api.wait_for_qr(1); api.confirm_qr()   # the scan and the confirmation on the phone
+        api.push_text("alice@im.wechat", "hello")
+        api.wait_sent("alice@im.wechat", 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import itertools
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from aiohttp import web
+
+SESSION_TIMEOUT = {"ret": -14, "errcode": -14, "errmsg": "session timeout"}
+TEXT_LIMIT = 4000
+
+
+@dataclass
+class QrCodeState:
+    """One login QR code and where it stands."""
+
+    qrcode: str
+    content: str
+    status: str = "wait"
+    #: the status the last status poll reported
+    reported: str = ""
+
+
+@dataclass
+class Sent:
+    """One message the bot sent."""
+
+    to: str
+    text: str
+    context_token: str
+    client_id: str
+    at: float = field(default_factory=time.monotonic)
+
+
+def encode_cursor(seq: int) -> str:
+    """The opaque ``get_updates_buf`` the fake hands out (base64 of JSON, like a real sync buffer)."""
+    return base64.b64encode(json.dumps({"seq": seq}).encode()).decode()
+
+
+def decode_cursor(cursor: str) -> int | None:
+    """The sequence number in a cursor; None for one the fake did not hand out."""
+    if not cursor:
+        return 0
+    try:
+        return int(json.loads(base64.b64decode(cursor, validate=True))["seq"])
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        return None
+
+
+class FakeILink:
+    """The iLink bot API with one bot; tests drive the phone side (scan, confirm, messages) from any thread."""
+
+    def __init__(self, *, hold_s: float = 35.0, qr_hold_s: float = 35.0, bot_id: str = "b0f1e2@im.bot") -> None:
+        #: seconds a long poll (getupdates) and a QR status poll are held without news
+        self.hold_s, self.qr_hold_s = hold_s, qr_hold_s
+        self.bot_id = bot_id
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self.codes: list[QrCodeState] = []
+        #: tokens issued by confirmed logins, and the ones WeChat ended since
+        self.tokens: list[str] = []
+        self.ended: set[str] = set()
+        #: every message pushed, in order: (seq, message dict)
+        self.queue: list[tuple[int, dict[str, Any]]] = []
+        #: the highest seq a poll's cursor has confirmed
+        self.confirmed = 0
+        #: message_id -> how many times a getupdates answer carried it
+        self.deliveries: dict[str, int] = {}
+        self.context_tokens: dict[str, str] = {}  # context token -> user
+        self.sent: list[Sent] = []
+        self.typing: list[tuple[str, int]] = []
+        self.tickets: dict[str, str] = {}
+        self.violations: list[str] = []
+        #: every request: (method, path)
+        self.requests: list[tuple[str, str]] = []
+        #: answer the next n bot calls with HTTP 500 (a flaky gateway)
+        self.fail_next = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        self._stopping = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """What ``weixin_base_url`` points at."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Self:
+        """Serve on a free loopback port from a background thread."""
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            loop.run_until_complete(self._start_site())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fake-ilink", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the fake iLink server did not start")
+        return self
+
+    async def _start_site(self) -> None:
+        app = web.Application()
+        app.router.add_get("/ilink/bot/get_bot_qrcode", self._get_qrcode)
+        app.router.add_post("/ilink/bot/get_bot_qrcode", self._get_qrcode)
+        app.router.add_get("/ilink/bot/get_qrcode_status", self._qrcode_status)
+        for name, handler in (("getupdates", self._getupdates), ("sendmessage", self._sendmessage),
+                              ("getconfig", self._getconfig), ("sendtyping", self._sendtyping)):
+            app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    def stop(self) -> None:
+        """Stop serving; held polls end at once."""
+        self._stopping = True
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the phone side (tests) -------------------------------------------------------------------
+    def wait_for_qr(self, n: int, timeout: float = 15.0) -> QrCodeState:
+        """Wait until the bot has asked for ``n`` QR codes; return the latest."""
+        self._wait(lambda: len(self.codes) >= n, timeout, f"{n} QR codes")
+        return self.codes[-1]
+
+    def set_qr(self, status: str) -> None:
+        """Move the latest QR code to ``status`` (``scaned``, ``confirmed``, ``expired``)."""
+        with self._lock:
+            self.codes[-1].status = status
+
+    def confirm_qr(self) -> None:
+        """Scan the latest code, then confirm the login on the phone."""
+        self.set_qr("scaned")
+        self._wait(lambda: self.codes[-1].reported == "scaned", 10, "the bot to see the scan")
+        self.set_qr("confirmed")
+
+    def end_session(self) -> None:
+        """WeChat ends the bot's session: every issued token answers errcode -14 from now on."""
+        with self._lock:
+            self.ended.update(self.tokens)
+
+    def push(self, user_id: str, items: list[dict[str, Any]], *, message_id: int | None = None,
+             copies: int = 1) -> int:
+        """A user sends a message (``copies`` > 1: the server delivers it that many times); returns its id."""
+        with self._lock:
+            seq = next(self._seq)
+            mid = message_id if message_id is not None else 7_000_000_000_000_000_000 + seq  # a uint64 past 2**53
+            token = f"ctx-{seq}-{secrets.token_hex(4)}"
+            self.context_tokens[token] = user_id
+            msg = {"seq": seq, "message_id": mid, "from_user_id": user_id, "to_user_id": self.bot_id,
+                   "client_id": "", "create_time_ms": int(time.time() * 1000), "session_id": f"s-{user_id}",
+                   "message_type": 1, "message_state": 2, "item_list": items, "context_token": token}
+            self.queue.append((seq, msg))
+            for _ in range(copies - 1):
+                self.queue.append((next(self._seq), msg))
+        return mid
+
+    def push_text(self, user_id: str, text: str, **kwargs: Any) -> int:
+        """A user sends a text message."""
+        return self.push(user_id, [{"type": 1, "text_item": {"text": text}}], **kwargs)
+
+    def sent_to(self, user_id: str) -> list[str]:
+        """The texts the bot sent to ``user_id``, in order."""
+        with self._lock:
+            return [s.text for s in self.sent if s.to == user_id]
+
+    def wait_sent(self, user_id: str, n: int, timeout: float = 15.0) -> list[str]:
+        """Wait until the bot has sent ``n`` messages to ``user_id``; return their texts."""
+        self._wait(lambda: len(self.sent_to(user_id)) >= n, timeout, f"{n} messages to {user_id}",
+                   lambda: self.sent_to(user_id))
+        return self.sent_to(user_id)
+
+    def _wait(self, check: Any, timeout: float, what: str, show: Any = None) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited for {what}" + (f": {show()}" if show else ""))
+            time.sleep(0.02)
+
+    # --- login ----------------------------------------------------------------------------------------
+    async def _get_qrcode(self, request: web.Request) -> web.Response:
+        self.requests.append((request.method, request.path))
+        if request.query.get("bot_type") != "3":
+            return self._violation(f"get_bot_qrcode without bot_type=3: {request.query_string}")
+        with self._lock:
+            code = QrCodeState(qrcode=secrets.token_hex(16),
+                               content=f"https://liteapp.weixin.qq.com/q/{secrets.token_hex(8)}?bot_type=3")
+            self.codes.append(code)
+        return web.json_response({"qrcode": code.qrcode, "qrcode_img_content": code.content, "ret": 0})
+
+    async def _qrcode_status(self, request: web.Request) -> web.Response:
+        self.requests.append((request.method, request.path))
+        code = next((c for c in self.codes if c.qrcode == request.query.get("qrcode")), None)
+        if code is None:
+            return self._violation("get_qrcode_status for an unknown qrcode")
+        deadline = time.monotonic() + self.qr_hold_s
+        while True:  # held until the status changes
+            if code.status != code.reported or time.monotonic() >= deadline or self._stopping:
+                break
+            await asyncio.sleep(0.02)
+        with self._lock:
+            code.reported = code.status
+            answer: dict[str, Any] = {"status": code.status, "ret": 0}
+            if code.status == "confirmed" and not code.content.endswith("#used"):
+                token = f"{secrets.token_hex(12)}@im.bot:{secrets.token_hex(16)}"
+                self.tokens.append(token)
+                code.content += "#used"
+                answer.update(bot_token=token, ilink_bot_id=self.bot_id, baseurl=self.base_url,
+                              ilink_user_id="owner@im.wechat")
+        return web.json_response(answer)
+
+    # --- bot calls --------------------------------------------------------------------------------------
+    def _violation(self, what: str) -> web.Response:
+        self.violations.append(what)
+        return web.json_response({"ret": -1, "errmsg": what}, status=400)
+
+    def _bot_call(self, name: str, handler: Any) -> Any:
+        async def call(request: web.Request) -> web.Response:
+            self.requests.append((request.method, request.path))
+            problem = self._check_headers(request)
+            if problem:
+                return self._violation(f"{name}: {problem}")
+            try:
+                body = await request.json()
+            except ValueError:
+                return self._violation(f"{name}: the body is not JSON")
+            if not isinstance(body, dict) or not isinstance(body.get("base_info"), dict):
+                return self._violation(f"{name}: no base_info")
+            token = request.headers["Authorization"].removeprefix("Bearer ")
+            if token in self.ended:
+                return web.json_response(SESSION_TIMEOUT)
+            if token not in self.tokens:
+                return self._violation(f"{name}: a token the server never issued")
+            if self.fail_next > 0:
+                self.fail_next -= 1
+                return web.Response(status=500, text="upstream error")
+            return await handler(body)
+
+        return call
+
+    @staticmethod
+    def _check_headers(request: web.Request) -> str:
+        headers = request.headers
+        if headers.get("Content-Type", "").split(";")[0] != "application/json":
+            return "Content-Type is not application/json"
+        if headers.get("AuthorizationType") != "ilink_bot_token":
+            return "AuthorizationType is not ilink_bot_token"
+        if not headers.get("Authorization", "").startswith("Bearer ") or len(headers["Authorization"]) <= 7:
+            return "no Authorization: Bearer <token>"
+        try:
+            uin = base64.b64decode(headers.get("X-WECHAT-UIN", ""), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return "X-WECHAT-UIN is not base64"
+        if not uin.isdigit() or int(uin) >= 2**32:
+            return "X-WECHAT-UIN is not a uint32 in decimal"
+        return ""
+
+    async def _getupdates(self, body: dict[str, Any]) -> web.Response:
+        cursor = body.get("get_updates_buf")
+        after = decode_cursor(cursor) if isinstance(cursor, str) else None
+        if after is None:
+            return self._violation(f"getupdates with a cursor the server never gave: {cursor!r}")
+        with self._lock:
+            if cursor == "":  # a new poller starts after what a cursor confirmed
+                after = self.confirmed
+            self.confirmed = max(self.confirmed, after)
+        deadline = time.monotonic() + self.hold_s
+        while time.monotonic() < deadline and not self._stopping:
+            with self._lock:
+                batch = [(seq, msg) for seq, msg in self.queue if seq > after]
+            if batch:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            batch = []
+        with self._lock:
+            for _, msg in batch:
+                key = str(msg["message_id"])
+                self.deliveries[key] = self.deliveries.get(key, 0) + 1
+        last = batch[-1][0] if batch else after
+        return web.json_response({"ret": 0, "msgs": [msg for _, msg in batch], "get_updates_buf": encode_cursor(last),
+                                  "longpolling_timeout_ms": int(self.hold_s * 1000)})
+
+    async def _sendmessage(self, body: dict[str, Any]) -> web.Response:
+        msg = body.get("msg")
+        if not isinstance(msg, dict):
+            return self._violation("sendmessage without msg")
+        items = msg.get("item_list") or []
+        problems = []
+        if not msg.get("client_id") or any(s.client_id == msg["client_id"] for s in self.sent):
+            problems.append("client_id missing or reused")
+        if self.context_tokens.get(msg.get("context_token", "")) != msg.get("to_user_id"):
+            problems.append("context_token is not one given with a message of to_user_id")
+        if msg.get("message_type") != 2 or msg.get("message_state") != 2 or msg.get("from_user_id") != "":
+            problems.append("message_type/message_state/from_user_id are not 2/2/''")
+        if len(items) != 1 or items[0].get("type") != 1 or not isinstance(items[0].get("text_item"), dict):
+            problems.append("item_list is not one text item")
+        text = str(((items or [{}])[0].get("text_item") or {}).get("text", ""))
+        if len(text) > TEXT_LIMIT:
+            problems.append(f"text of {len(text)} characters (the limit is {TEXT_LIMIT})")
+        if problems:
+            return self._violation("sendmessage: " + "; ".join(problems))
+        with self._lock:
+            self.sent.append(Sent(msg["to_user_id"], text, msg["context_token"], msg["client_id"]))
+        return web.json_response({"ret": 0})
+
+    async def _getconfig(self, body: dict[str, Any]) -> web.Response:
+        user = str(body.get("ilink_user_id") or "")
+        if not user:
+            return self._violation("getconfig without ilink_user_id")
+        ticket = self.tickets.setdefault(user, base64.b64encode(secrets.token_bytes(12)).decode())
+        return web.json_response({"ret": 0, "typing_ticket": ticket})
+
+    async def _sendtyping(self, body: dict[str, Any]) -> web.Response:
+        user, status = str(body.get("ilink_user_id") or ""), body.get("status")
+        if self.tickets.get(user) != body.get("typing_ticket") or status not in (1, 2):
+            return self._violation("sendtyping with a wrong ticket or status")
+        with self._lock:
+            self.typing.append((user, status))
+        return web.json_response({"ret": 0})

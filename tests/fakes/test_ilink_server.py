@@ -1,0 +1,137 @@
+"""The fake iLink server itself: it must hold clients to the protocol, or the channel's tests prove nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import aiohttp
+import pytest
+
+from tests.fakes.ilink_server import FakeILink, decode_cursor, encode_cursor
+
+
+@pytest.fixture
+def api():
+    with FakeILink(hold_s=0.3, qr_hold_s=0.3) as server:
+        yield server
+
+
+def headers(token: str, **changes: str) -> dict[str, str]:
+    good = {"Content-Type": "application/json", "AuthorizationType": "ilink_bot_token",
+            "Authorization": f"Bearer {token}", "X-WECHAT-UIN": base64.b64encode(b"123456789").decode()}
+    good.update(changes)
+    return {k: v for k, v in good.items() if v}
+
+
+async def log_in(session: aiohttp.ClientSession, api: FakeILink) -> str:
+    async with session.get(f"{api.base_url}/ilink/bot/get_bot_qrcode", params={"bot_type": "3"}) as r:
+        code = await r.json()
+    assert set(code) >= {"qrcode", "qrcode_img_content"}
+    api.set_qr("confirmed")
+    async with session.get(f"{api.base_url}/ilink/bot/get_qrcode_status", params={"qrcode": code["qrcode"]}) as r:
+        status = await r.json()
+    assert status["status"] == "confirmed" and status["ilink_bot_id"] == api.bot_id
+    assert status["baseurl"] == api.base_url
+    return status["bot_token"]
+
+
+async def post(session, api, path, body, hdrs):
+    async with session.post(f"{api.base_url}/ilink/bot/{path}", data=json.dumps(body), headers=hdrs) as r:
+        return r.status, await r.json()
+
+
+async def test_qr_status_moves_wait_scanned_expired(api):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{api.base_url}/ilink/bot/get_bot_qrcode", params={"bot_type": "3"}) as r:
+            qrcode = (await r.json())["qrcode"]
+        seen = []
+        for status in ("wait", "scaned", "expired"):
+            if status != "wait":
+                api.set_qr(status)
+            async with s.get(f"{api.base_url}/ilink/bot/get_qrcode_status", params={"qrcode": qrcode}) as r:
+                seen.append((await r.json())["status"])
+        assert seen == ["wait", "scaned", "expired"]
+        assert api.violations == []
+
+
+async def test_bot_calls_need_the_protocol_headers(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        body = {"get_updates_buf": "", "base_info": {"channel_version": "1.0.0"}}
+        for bad in (headers(token, AuthorizationType=""), headers(token, Authorization=""),
+                    headers(token, **{"X-WECHAT-UIN": "not base64!"}),
+                    headers(token, **{"X-WECHAT-UIN": base64.b64encode(b"99999999999").decode()}),
+                    headers("never-issued")):
+            status, _ = await post(s, api, "getupdates", body, bad)
+            assert status == 400
+        assert len(api.violations) == 5
+        status, _ = await post(s, api, "getupdates", {"get_updates_buf": ""}, headers(token))
+        assert status == 400 and "base_info" in api.violations[-1]
+        status, answer = await post(s, api, "getupdates", body, headers(token))
+        assert status == 200 and answer["ret"] == 0
+
+
+async def test_cursor_confirms_and_an_old_cursor_redelivers(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        api.push_text("u@im.wechat", "one")
+        api.push_text("u@im.wechat", "two")
+        base = {"base_info": {"channel_version": "1.0.0"}}
+        _, first = await post(s, api, "getupdates", {"get_updates_buf": "", **base}, headers(token))
+        assert [m["item_list"][0]["text_item"]["text"] for m in first["msgs"]] == ["one", "two"]
+        assert first["longpolling_timeout_ms"] == 300
+        _, empty = await post(s, api, "getupdates", {"get_updates_buf": first["get_updates_buf"], **base},
+                              headers(token))
+        assert empty["msgs"] == [] and empty["get_updates_buf"] == first["get_updates_buf"]
+        # the old cursor (a crash before it was saved) gets the batch again
+        _, again = await post(s, api, "getupdates", {"get_updates_buf": "", **base}, headers(token))
+        assert again["msgs"] == []  # "" starts after what a cursor confirmed
+        _, replay = await post(s, api, "getupdates", {"get_updates_buf": encode_cursor(1), **base}, headers(token))
+        assert [m["item_list"][0]["text_item"]["text"] for m in replay["msgs"]] == ["two"]
+        assert api.deliveries == {str(first["msgs"][0]["message_id"]): 1, str(first["msgs"][1]["message_id"]): 2}
+        assert decode_cursor("garbage") is None
+
+
+async def test_sendmessage_checks_context_token_client_id_and_length(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        api.push_text("u@im.wechat", "hi")
+        base = {"base_info": {"channel_version": "1.0.0"}}
+        _, got = await post(s, api, "getupdates", {"get_updates_buf": "", **base}, headers(token))
+        ctx = got["msgs"][0]["context_token"]
+
+        def msg(text, client_id, context_token=ctx):
+            return {"msg": {"from_user_id": "", "to_user_id": "u@im.wechat", "client_id": client_id,
+                            "message_type": 2, "message_state": 2, "context_token": context_token,
+                            "item_list": [{"type": 1, "text_item": {"text": text}}]}, **base}
+
+        assert await post(s, api, "sendmessage", msg("ok", "c1"), headers(token)) == (200, {"ret": 0})
+        assert (await post(s, api, "sendmessage", msg("again", "c1"), headers(token)))[0] == 400
+        assert (await post(s, api, "sendmessage", msg("x", "c2", "ctx-forged"), headers(token)))[0] == 400
+        assert (await post(s, api, "sendmessage", msg("y" * 4001, "c3"), headers(token)))[0] == 400
+        assert (await post(s, api, "sendmessage", msg("y" * 4000, "c4"), headers(token)))[0] == 200
+        assert api.sent_to("u@im.wechat") == ["ok", "y" * 4000]
+        assert len(api.violations) == 3
+
+
+async def test_an_ended_session_answers_errcode_minus_14(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        api.end_session()
+        status, answer = await post(s, api, "getupdates",
+                                    {"get_updates_buf": "", "base_info": {"channel_version": "1.0.0"}},
+                                    headers(token))
+        assert status == 200 and answer == {"ret": -14, "errcode": -14, "errmsg": "session timeout"}
+
+
+async def test_typing_needs_the_ticket_from_getconfig(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        base = {"base_info": {"channel_version": "1.0.0"}}
+        _, config = await post(s, api, "getconfig", {"ilink_user_id": "u@im.wechat", **base}, headers(token))
+        ticket = config["typing_ticket"]
+        body = {"ilink_user_id": "u@im.wechat", "typing_ticket": ticket, "status": 1, **base}
+        assert (await post(s, api, "sendtyping", body, headers(token)))[0] == 200
+        assert (await post(s, api, "sendtyping", {**body, "typing_ticket": "x"}, headers(token)))[0] == 400
+        assert api.typing == [("u@im.wechat", 1)]
