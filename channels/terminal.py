@@ -34,6 +34,8 @@ from core.messages import IncomingMessage, ReplyStream
 from dispatcher.commands import keeps_no_secret
 
 if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
+
     from config.settings import Config
 
 logger = logging.getLogger(__name__)
@@ -94,7 +96,8 @@ class TerminalChannel(BaseChannel):
         self._eof = asyncio.Event()
         self._thinking_until = 0.0
         self._live_line = ""
-        self._session: Any = None
+        #: the prompt_toolkit session while the interactive loop runs
+        self._session: PromptSession | None = None
 
     @property
     def finite(self) -> bool:
@@ -194,7 +197,7 @@ class TerminalChannel(BaseChannel):
         """/forget of the terminal's conversation: the line history goes too, file and recall."""
         if self._kept is not None:
             self._kept.clear()
-            buffer = getattr(self._session, "default_buffer", None)
+            buffer = self._session.default_buffer if self._session is not None else None
             if buffer is not None:
                 buffer.reset(document=buffer.document)  # what is typed stays; the arrows recall nothing older
         elif self.history_path is not None and self.history_path.exists():
@@ -206,7 +209,7 @@ class TerminalChannel(BaseChannel):
         return THINKING if time.monotonic() < self._thinking_until else ""
 
     def _width(self) -> int:
-        app = getattr(self._session, "app", None)
+        app = self._session.app if self._session is not None else None
         try:
             return max(20, app.output.get_size().columns) if app is not None else 80
         except Exception:  # noqa: BLE001 - no size known: a usual terminal's
@@ -217,13 +220,13 @@ class TerminalChannel(BaseChannel):
         self._live_line = line
         if line:
             self._thinking_until = 0.0
-        app = getattr(self._session, "app", None)
+        app = self._session.app if self._session is not None else None
         if app is not None:
             app.invalidate()
 
     def _think(self, on: bool) -> None:
         self._thinking_until = time.monotonic() + THINKING_SECONDS if on else 0.0
-        app = getattr(self._session, "app", None)
+        app = self._session.app if self._session is not None else None
         if app is not None:
             app.invalidate()
 

@@ -85,6 +85,23 @@ ORPHAN_AGE = 60.0
 LOCK_RETRY_SECONDS = 0.5
 
 
+class TextCounter(Protocol):
+    """Counts a text's tokens for one model (agent.tokens.TokenCounter)."""
+
+    def count_text(self, text: str) -> int: ...
+
+
+class _Rough:
+    """The estimate used when no tokenizer is given (tests and tools outside the app)."""
+
+    @staticmethod
+    def count_text(text: str) -> int:
+        return rough_tokens(text)
+
+
+ROUGH = _Rough()
+
+
 class LiveState(Protocol):
     """A loaded session context, as the summariser updates it (agent.session.SessionState)."""
 
@@ -156,7 +173,7 @@ class Summarizer:
         retry: RetryPolicy = SUMMARY_CALL,
         concurrency: int = 4,
         on_written: OnWritten | None = None,
-        counter: Callable[[str], Callable[[str], int]] | None = None,
+        counter: Callable[[str], TextCounter] | None = None,
         window: Callable[[str], int] | None = None,
         locks: Locks | None = None,
     ) -> None:
@@ -171,7 +188,7 @@ class Summarizer:
         #: how one summary request is retried (this layer owns it; the client tries once)
         self.retry = retry
         #: ``counter(model)`` is that model's token count function (app.py passes the agent's tokenizer)
-        self.counter = counter or (lambda model: rough_tokens)
+        self.counter = counter or (lambda model: ROUGH)
         #: ``window(model)`` is that model's context window (app.py: agent/tokens.py's table and the config)
         self.window = window or (lambda model: DEFAULT_WINDOW)
         #: the check of each session's last summary (the log has them all)
@@ -385,8 +402,7 @@ class Summarizer:
         return cfg.summary_model or cfg.model
 
     def _count(self, model: str) -> Callable[[str], int]:
-        counter = self.counter(model)
-        return getattr(counter, "count_text", counter)
+        return self.counter(model).count_text
 
     def _rolling_cap(self) -> int:
         """The rolling summary's size in tokens: a tenth of the main model's window, at most 4,000."""
