@@ -132,6 +132,8 @@ class App:
         self.redact: Redactor | None = None
         #: the channels that cannot run, with the reason (failed to build or start, or later, e.g. WeChat's login)
         self.channel_failures: dict[str, str] = {}
+        #: the web console (console/), started after "ready" when web_console_port is set
+        self._console: Any = None
 
     def request_stop(self) -> None:
         """Ask for a graceful stop (SIGINT/SIGTERM)."""
@@ -248,6 +250,9 @@ class App:
         from store.retention import CleanupJob  # imports APScheduler, which nothing before "ready" needs
 
         await services.extras["config_watcher"].start()
+        from console.server import start_console  # aiohttp and Jinja2: imported after "ready"
+
+        self._console = await start_console(services, self.channel_failures)
         cleanup = services.extras["cleanup"] = CleanupJob(services.store, services.config)
         # The cleanup runs once across processes: on the leader (on SQLite, this process from the start).
         leadership: Leadership = services.extras["leadership"]
@@ -315,6 +320,8 @@ class App:
     async def shutdown(self, services: Services) -> None:
         """Stop in order: intake, in-flight turns, background jobs, channels, database."""
         logger.info("stopping")
+        if self._console is not None:  # no operator action starts while the rest stops
+            await self._console.stop()
         if self._probe is not None:
             self._probe.cancel()
         if self._adopt is not None:
