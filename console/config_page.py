@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from config.settings import (
     ENV_OVERRIDES,
@@ -202,7 +203,7 @@ async def save_config(request: web.Request) -> web.StreamResponse:
     notice = f"Saved: {', '.join(changes)}."
     if pending:
         notice += f" {', '.join(pending)} take(s) effect after a restart."
-    raise web.HTTPSeeOther(str(web.URL("/config").with_query(notice=notice)))
+    raise web.HTTPSeeOther(str(URL("/config").with_query(notice=notice)))
 
 
 def _plugin_check(services: Any, changes: dict[str, Any]) -> Any:

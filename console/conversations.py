@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from console import data
 from console.server import console_of
@@ -88,7 +89,7 @@ def _info(row: dict[str, Any]) -> SessionInfo:
 
 
 def _back(sid: str, notice: str) -> web.HTTPSeeOther:
-    return web.HTTPSeeOther(str(web.URL("/conversation").with_query(id=sid, notice=notice)))
+    return web.HTTPSeeOther(str(URL("/conversation").with_query(id=sid, notice=notice)))
 
 
 async def clear(request: web.Request) -> web.StreamResponse:
@@ -121,7 +122,7 @@ async def forget(request: web.Request) -> web.StreamResponse:
     sid = str(form.get("id", ""))
     await _session(request, sid)
     if form.get("confirm") != "yes":
-        raise web.HTTPSeeOther(str(web.URL("/conversation/forget").with_query(id=sid)))
+        raise web.HTTPSeeOther(str(URL("/conversation/forget").with_query(id=sid)))
     state = services.sessions.peek(sid)
     if state is not None:
         async with state.lock:

@@ -102,8 +102,8 @@ async def memory_list(request: web.Request) -> web.StreamResponse:
                           notes_file=LONG_TERM_FILE, person_file=PERSON_FILE)
 
 
-def _label(kind: str, folder: str) -> str:
-    return f"{LONG_TERM_FILE} of {folder}" if kind == "session" else f"{PERSON_FILE} of {folder}"
+def _label(kind: str, folder: str, session_id: str | None = None) -> str:
+    return f"{LONG_TERM_FILE} of {session_id or folder}" if kind == "session" else f"{PERSON_FILE} of {folder}"
 
 
 async def edit_form(request: web.Request) -> web.StreamResponse:
@@ -112,7 +112,8 @@ async def edit_form(request: web.Request) -> web.StreamResponse:
     kind, folder = request.query.get("kind", ""), request.query.get("dir", "")
     path, cap = note_path(console.services, kind, folder)
     text = await asyncio.to_thread(_read, path)
-    return console.render(request, "memory_edit.html", title=_label(kind, folder), kind=kind, folder=folder,
+    sid = await _session_of(console.services, folder) if kind == "session" else None
+    return console.render(request, "memory_edit.html", title=_label(kind, folder, sid), kind=kind, folder=folder,
                           text=text or "", cap=cap, digest=digest(text), exists=text is not None)
 
 
@@ -125,9 +126,11 @@ async def save(request: web.Request) -> web.StreamResponse:
     path, cap = note_path(services, kind, folder)
     text = str(form.get("text", "")).replace("\r\n", "\n")
     loaded = str(form.get("digest", ""))
+    sid = await _session_of(services, folder) if kind == "session" else None
+    title = _label(kind, folder, sid)
 
     def again(error: str, status: int = 400) -> web.Response:
-        return console.render(request, "memory_edit.html", status=status, title=_label(kind, folder), kind=kind,
+        return console.render(request, "memory_edit.html", status=status, title=title, kind=kind,
                               folder=folder, text=text, cap=cap, digest=loaded, exists=True, error=error)
 
     if len(text) > cap:
@@ -142,11 +145,9 @@ async def save(request: web.Request) -> web.StreamResponse:
             text += "\n"
         await asyncio.to_thread(_write_atomic, path, text)
     logger.info("web console: %s saved (%d characters)", path.relative_to(_root(services)), len(text))
-    if kind == "session" and services.memory_search is not None:
-        sid = await _session_of(services, folder)
-        if sid:
-            _reindex(services, sid)
-    return console.render(request, "memory_edit.html", title=_label(kind, folder), kind=kind, folder=folder,
+    if sid and services.memory_search is not None:
+        _reindex(services, sid)
+    return console.render(request, "memory_edit.html", title=title, kind=kind, folder=folder,
                           text=text, cap=cap, digest=digest(text), exists=True,
                           notice=f"Saved ({len(text):,} of {cap:,} characters).")
 

@@ -8,6 +8,7 @@
   var live = document.getElementById("live");
   var MAX_ITEMS = 1000;
   if (live) { live.hidden = false; }
+  window.scrollTo(0, document.body.scrollHeight);  // the newest lines are at the end
 
   function add(record) {
     var empty = list.querySelector(".empty");
