@@ -189,7 +189,7 @@ async def save_config(request: web.Request) -> web.StreamResponse:
     try:
         changes = changed_settings(form, file_settings(path))
         if not changes:
-            raise web.HTTPSeeOther("/config?notice=" + "Nothing changed.")
+            raise web.HTTPSeeOther(str(URL("/config").with_query(notice="Nothing changed.")))
         cfg = save_settings(path, changes, _plugin_check(services, changes))
     except ConfigError as exc:
         return again(f"Nothing saved: {str(exc).rstrip('.')}.")

@@ -68,18 +68,19 @@ def read_from(path: Path, offset: int | None, limit: int = TAIL_BYTES) -> tuple[
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, 2)
-            if offset is None or offset > size:
-                offset = max(0, size - limit)
-            start = max(offset, size - limit)
-            fh.seek(start)
-            data = fh.read(size - start)
+            resume = offset is not None and offset <= size  # go on where the last read stopped
+            start = max(offset if resume and offset is not None else 0, size - limit, 0)
+            lead = 0 if start == 0 or (resume and start == offset) else 1
+            fh.seek(start - lead)
+            data = fh.read(size - start + lead)
     except FileNotFoundError:
         return "", 0
+    if lead:  # started inside the file: drop up to the first line break (none, when the byte before was one)
+        cut = data.find(b"\n") + 1
+        data = data[cut:]
+        start = start - lead + cut
     end = data.rfind(b"\n") + 1
-    data = data[:end]
-    if start > 0 and start != offset:  # started mid-line: drop the partial first line
-        data = data[data.find(b"\n") + 1:]
-    return data.decode("utf-8", errors="replace"), start + end
+    return data[:end].decode("utf-8", errors="replace"), start + end
 
 
 def recent_problems(path: Path, seconds: float, redact: Any) -> list[LogRecord]:

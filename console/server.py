@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 CONSOLE: web.AppKey[WebConsole] = web.AppKey("console")
-SESSION = "console_session"
+#: where a request keeps its console session (aiohttp 3.14 types request storage with RequestKey)
+SESSION: Any = web.RequestKey("console_session", ConsoleSession) if hasattr(web, "RequestKey") else "console_session"
 #: Pages anyone may open: the login form and the files it needs.
 OPEN_PATHS = ("/login",)
 SECURITY_HEADERS = {
@@ -163,7 +164,7 @@ class WebConsole:
         if not session.authed and request.path not in OPEN_PATHS:
             if request.method != "GET":
                 raise web.HTTPSeeOther("/login")
-            return web.HTTPSeeOther("/login?next=" + quote(request.path_qs, safe=""))
+            return redirect("/login?next=" + quote(request.path_qs, safe=""))
         try:
             return await handler(request)
         except web.HTTPException:
@@ -176,7 +177,7 @@ class WebConsole:
     def _token_login(self, request: web.Request, token: str) -> web.StreamResponse:
         """``/?token=…``: log in with the start token, then drop it from the address bar."""
         if self.access.mode != "token" or not self.loopback:
-            return web.HTTPSeeOther("/login")
+            return redirect("/login")
         error = self.access.attempt(request.remote or "?", token)
         if error is not None:
             return self.render(request, "login.html", status=403, error=error, next="/")
@@ -190,7 +191,7 @@ class WebConsole:
         self.sessions.drop(old.id)
         session = self.sessions.new(authed=True)
         request[SESSION] = session
-        response = web.HTTPSeeOther(target)
+        response = redirect(target)
         set_cookie(request, response, session)
         return response
 
@@ -213,6 +214,11 @@ class WebConsole:
                            static=lambda name: request.app.router["static"].url_for(filename=name),
                            **context)
         return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+
+
+def redirect(location: str) -> web.Response:
+    """A 303 to ``location`` (returned, so the gate can still set the cookie and headers on it)."""
+    return web.Response(status=303, headers={"Location": location})
 
 
 def set_cookie(request: web.Request, response: web.StreamResponse, session: ConsoleSession) -> None:

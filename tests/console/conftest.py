@@ -38,9 +38,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """A headless Chromium, shared by the console tests."""
+    """A headless Chromium for one test module. Playwright's sync API runs its own event loop in this thread,
+    so it is closed when the module is done: later asyncio tests need the thread's loop to themselves."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
     path = chromium_path()
     if path is None:

@@ -1,0 +1,120 @@
+"""console/server.py: when the console starts, and that a console that cannot start leaves the chat running."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import Config, ConfigHolder
+from console.server import WebConsole
+from tests.console.conftest import free_port
+from tests.fakes.bot_process import BotProcess
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+
+@dataclass
+class Parts:
+    """What the console needs before it serves a page: the settings."""
+
+    config: ConfigHolder
+    channels: list[Any] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def console_for(tmp_path: Path, **settings: Any) -> WebConsole:
+    return WebConsole(Parts(ConfigHolder(Config(data_dir=str(tmp_path), **settings))))
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "console.server"]
+
+
+async def test_port_zero_turns_the_console_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    console = console_for(tmp_path, web_console_port=0)
+    assert await console.start() is False
+    assert [r.getMessage() for r in caplog.records if r.name == "console.server"] == [
+        "web console: off (web_console_port is 0)"]
+
+
+async def test_another_address_without_a_password_is_one_line_and_no_console(tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    console = console_for(tmp_path, web_console_listen="0.0.0.0", web_console_port=free_port())
+    assert await console.start() is False
+    assert warnings(caplog) == [
+        "web console not started: web_console_listen is 0.0.0.0, which is not a loopback address, and "
+        "web_console_password is empty; set WEB_CONSOLE_PASSWORD (or the key in config.json by hand) to serve it "
+        "there"]
+    with_password = console_for(tmp_path, web_console_listen="0.0.0.0", web_console_password="long-password-1")
+    assert with_password.refusal() is None
+    assert with_password.url().endswith(":8700/")  # no token in the address: the password opens it
+
+
+async def test_a_port_in_use_is_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        console = console_for(tmp_path, web_console_port=port)
+        assert await console.start() is False
+    assert warnings(caplog) == [f"web console not started: port {port} on 127.0.0.1 is in use; set "
+                                "web_console_port to a free port (0 turns the console off)"]
+
+
+async def test_the_console_serves_and_stops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import aiohttp
+
+    caplog.set_level(logging.INFO)
+    console = console_for(tmp_path, web_console_port=free_port())
+    assert await console.start() is True
+    try:
+        url = console.url()
+        assert f"?token={console.access.token}" in url
+        assert [r.getMessage() for r in caplog.records if r.name == "console.server"] == [f"web console: {url}"]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url.split("?")[0] + "conversations", allow_redirects=False) as response:
+                assert response.status == 303
+                assert response.headers["Location"] == "/login?next=%2Fconversations"
+                cookie = response.headers["Set-Cookie"]
+                assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+                assert response.headers["X-Frame-Options"] == "DENY"
+            # a POST without the visitor's CSRF token is refused before anything else
+            async with http.post(url.split("?")[0] + "login", data={"secret": console.access.token}) as response:
+                assert response.status == 403
+                assert "This form was refused" in await response.text()
+    finally:
+        await console.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", console.bound_port or 0), timeout=1).close()
+
+
+@pytest.mark.parametrize("why", ["port in use", "another address"])
+def test_the_chat_keeps_running_when_the_console_cannot_start(tmp_path: Path, why: str) -> None:
+    with FakeTelegramAPI(username="console_test_bot") as api, FakeOpenAIServer() as llm, socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        extra = {"web_console_port": port} if why == "port in use" else \
+            {"web_console_port": free_port(), "web_console_listen": "0.0.0.0"}
+        proc = BotProcess(tmp_path, channel_type="telegram", telegram_bot_token=api.token,
+                          telegram_base_url=api.base_url, telegram_rate_limit=False,
+                          open_ai_api_base=llm.base_url, open_ai_api_key="k", data_dir="data", **extra).start()
+        try:
+            proc.wait_for_log("web console not started: ")
+            api.push_text(42, "still there?", user_id=42, first_name="Bo")
+            deadline = time.monotonic() + 15
+            while api.chat_texts(42) != ["echo: still there?"]:
+                assert time.monotonic() < deadline, api.chat_texts(42)
+                time.sleep(0.05)
+        finally:
+            assert proc.stop() == 0
+        lines = [line for line in proc.log().splitlines() if "web console" in line]
+        assert len(lines) == 1 and " WARNING console.server: web console not started: " in lines[0]
+        assert "Traceback" not in proc.log()
