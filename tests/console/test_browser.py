@@ -277,6 +277,17 @@ def test_export_downloads_everything_stored(admin, base):
     assert users[0] == "I keep bees in Lyon" and len(users) == 5
 
 
+def test_clear_context_moves_the_boundary_past_every_turn(admin, base):
+    page = admin
+    page.goto(base + "/conversation?id=" + SESSION)
+    assert page.locator("article.turn:not(.out)").count() == 3
+    page.click("text=Clear context")
+    assert page.locator(".notice").inner_text().startswith("Context cleared; ")
+    assert page.locator("article.turn.out").count() == 5 and page.locator("article.turn:not(.out)").count() == 0
+    assert "the context is empty" in page.locator("#boundary").inner_text()
+    assert "no summary in this conversation's context now" in page.locator("#summary").inner_text()
+
+
 def test_notes_are_edited_within_their_cap(admin, bot, base, shots):
     page = admin
     page.goto(base + "/memory")
