@@ -77,7 +77,7 @@ class WebConsole:
             logger.warning("%s", why)
             return False
         app = self.make_app()
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
         try:

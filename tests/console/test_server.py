@@ -118,3 +118,31 @@ def test_the_chat_keeps_running_when_the_console_cannot_start(tmp_path: Path, wh
         lines = [line for line in proc.log().splitlines() if "web console" in line]
         assert len(lines) == 1 and " WARNING console.server: web console not started: " in lines[0]
         assert "Traceback" not in proc.log()
+
+
+def test_the_link_is_shown_on_an_interactive_terminal(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    import pexpect
+
+    from tests.e2e.test_terminal import ANSI, expect
+
+    port = free_port()
+    with FakeOpenAIServer() as llm:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"open_ai_api_base": llm.base_url, "open_ai_api_key": "k", "data_dir": "data",
+                                    "web_console_port": port}))
+        env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "TERM": "xterm", "HOME": str(tmp_path)}
+        root = Path(__file__).resolve().parents[2]
+        child = pexpect.spawn(sys.executable, [str(root / "app.py"), "--config", str(path)], cwd=str(tmp_path),
+                              env=env, encoding="utf-8", timeout=30, dimensions=(24, 120))
+        try:
+            screen = ANSI.sub("", expect(child, r"\?token=[A-Za-z0-9_-]{32}"))
+            assert screen.endswith(f"web console: http://127.0.0.1:{port}/")  # above the prompt
+            child.sendcontrol("d")
+            child.expect(pexpect.EOF, timeout=30)
+        finally:
+            child.close(force=True)
+    log = (tmp_path / "data" / "bot.log").read_text(encoding="utf-8")
+    assert f"INFO console.server: web console: http://127.0.0.1:{port}/?token=" in log
