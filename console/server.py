@@ -143,7 +143,12 @@ class WebConsole:
         if session is None:
             session = self.sessions.new()
         request[SESSION] = session
-        response = await self._guarded(request, handler, session)
+        try:
+            response = await self._guarded(request, handler, session)
+        except web.HTTPException as exc:  # a raised redirect or 404 gets the same headers
+            for name, value in SECURITY_HEADERS.items():
+                exc.headers.setdefault(name, value)
+            raise
         if fresh and request[SESSION] is session:
             set_cookie(request, response, session)
         for name, value in SECURITY_HEADERS.items():

@@ -95,6 +95,37 @@ async def test_the_console_serves_and_stops(tmp_path: Path, caplog: pytest.LogCa
         socket.create_connection(("127.0.0.1", console.bound_port or 0), timeout=1).close()
 
 
+@dataclass
+class WaitingWeixin:
+    """A weixin channel waiting for a scan: ``login_qr`` is the code as a data: URL (or text to show as is)."""
+
+    name: str = "weixin"
+    failure: str | None = None
+    login_qr: str | None = "data:image/png;base64,iVBORw0KGgo="
+
+
+async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan(tmp_path: Path) -> None:
+    import aiohttp
+
+    channel = WaitingWeixin()
+    parts = Parts(ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port())), channels=[channel])
+    console = WebConsole(parts)
+    assert await console.start() is True
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.get(console.url(), allow_redirects=False) as response:  # the token logs in
+                assert response.status == 303 and response.headers["Location"] == "/"
+            async with http.get(console.url().split("?")[0] + "weixin") as response:
+                page = await response.text()
+                assert response.status == 200
+                assert '<img src="data:image/png;base64,iVBORw0KGgo=" alt="WeChat login QR code">' in page
+            channel.login_qr = None  # logged in
+            async with http.get(console.url().split("?")[0] + "weixin") as response:
+                assert "is logged in: there is no QR code to scan" in await response.text()
+    finally:
+        await console.stop()
+
+
 @pytest.mark.parametrize("why", ["port in use", "another address"])
 def test_the_chat_keeps_running_when_the_console_cannot_start(tmp_path: Path, why: str) -> None:
     with FakeTelegramAPI(username="console_test_bot") as api, FakeOpenAIServer() as llm, socket.socket() as busy:
