@@ -32,9 +32,29 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/conversation/export", export)
 
 
-def _count_tokens(services: Any, messages: list[dict[str, Any]]) -> int:
+#: Token counts of stored messages by (session, seq): a stored message never changes, so one count serves
+#: every later view of the list.
+_TOKENS: dict[tuple[str, int], int] = {}
+#: Fact checks of injected summaries by (session, boundary, turns, summary): a check reads every covered turn.
+_CHECKS: dict[tuple[str, int, int, str], data.SummaryCheck | None] = {}
+MAX_CACHED = 200_000
+
+
+def count_tokens(services: Any, contexts: dict[str, list[tuple[int, dict[str, Any]]]]) -> dict[str, int]:
+    """The tokens now in each conversation's context, counted with the model's tokenizer (in a worker thread)."""
     counter = services.agent.counter(services.config().model)
-    return sum(counter.count_message(m) for m in messages)
+    if len(_TOKENS) > MAX_CACHED:
+        _TOKENS.clear()
+    totals = {}
+    for sid, messages in contexts.items():
+        total = 0
+        for seq, message in messages:
+            n = _TOKENS.get((sid, seq))
+            if n is None:
+                n = _TOKENS[(sid, seq)] = counter.count_message(message)
+            total += n
+        totals[sid] = total
+    return totals
 
 
 async def list_page(request: web.Request) -> web.StreamResponse:
@@ -44,8 +64,9 @@ async def list_page(request: web.Request) -> web.StreamResponse:
     query = request.query.get("q", "")
     rows = await services.store.run(data.list_sessions, query)
     contexts = await services.store.run(data.context_messages, rows)
+    totals = await asyncio.to_thread(count_tokens, services, contexts)
     for row in rows:
-        row.tokens = await asyncio.to_thread(_count_tokens, services, contexts.get(row.session_id, []))
+        row.tokens = totals.get(row.session_id, 0)
     return console.render(request, "conversations.html", title="Conversations", rows=rows, q=query,
                           limit=data.LIST_LIMIT)
 
@@ -75,12 +96,22 @@ async def detail_page(request: web.Request) -> web.StreamResponse:
     sid = request.query.get("id", "")
     row = await _session(request, sid)
     messages = await services.store.run(data.session_messages, sid)
-    turns = data.transcript(messages, row["context_start_seq"])
-    check = data.summary_check(row["summary"], row["summary_turns"], row["context_start_seq"], messages)
+    turns, check = await asyncio.to_thread(transcript_and_check, row, messages)
     files = await asyncio.to_thread(memory_files, services, sid)
     return console.render(request, "conversation.html", title=row["title"] or sid, row=row, turns=turns,
                           check=check, files=files, notes_file=LONG_TERM_FILE, shown_limit=data.TRANSCRIPT_LIMIT,
                           message_count=len(messages), notice=request.query.get("notice", ""))
+
+
+def transcript_and_check(row: dict[str, Any], messages: list[data.Stored]) -> tuple[list[data.ShownTurn], Any]:
+    """The transcript by turn and the summary's fact check (kept while the summary and boundary stay)."""
+    turns = data.transcript(messages, row["context_start_seq"])
+    key = (row["session_id"], row["context_start_seq"], row["summary_turns"], row["summary"] or "")
+    if key not in _CHECKS:
+        if len(_CHECKS) > 1000:
+            _CHECKS.clear()
+        _CHECKS[key] = data.summary_check(row["summary"], row["summary_turns"], row["context_start_seq"], messages)
+    return turns, _CHECKS[key]
 
 
 def _info(row: dict[str, Any]) -> SessionInfo:

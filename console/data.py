@@ -91,14 +91,19 @@ def list_sessions(conn: Connection, query: str = "", limit: int = LIST_LIMIT) ->
     return [SessionListRow(*row) for row in rows]
 
 
-def context_messages(conn: Connection, rows: list[SessionListRow]) -> dict[str, list[dict[str, Any]]]:
-    """The messages now in each listed conversation's context (from its boundary on)."""
-    out: dict[str, list[dict[str, Any]]] = {r.session_id: [] for r in rows}
-    for row in rows:
-        found = conn.execute(select(_M.c.content).where(_M.c.session_id == row.session_id,
-                                                        _M.c.seq >= row.context_start_seq)
-                             .order_by(_M.c.seq).limit(TRANSCRIPT_LIMIT)).scalars().all()
-        out[row.session_id] = [m for m in found if isinstance(m, dict)]
+def context_messages(conn: Connection, rows: list[SessionListRow]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """The messages now in each listed conversation's context (from its boundary on), as ``(seq, message)``;
+    one query for all of them."""
+    out: dict[str, list[tuple[int, dict[str, Any]]]] = {r.session_id: [] for r in rows}
+    if not rows:
+        return out
+    found = conn.execute(select(_M.c.session_id, _M.c.seq, _M.c.content)
+                         .join(_S, _S.c.session_id == _M.c.session_id)
+                         .where(_M.c.session_id.in_(list(out)), _M.c.seq >= _S.c.context_start_seq)
+                         .order_by(_M.c.session_id, _M.c.seq)).all()
+    for sid, seq, content in found:
+        if isinstance(content, dict):
+            out[sid].append((seq, content))
     return out
 
 

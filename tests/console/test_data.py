@@ -31,7 +31,11 @@ async def test_sessions_are_listed_and_searched_with_their_turns(store: Conversa
     assert [r.session_id for r in await store.run(data.list_sessions, "TELEGRAM:1")] == [ALICE.session_id]
     assert await store.run(data.list_sessions, "wechat") == []
     contexts = await store.run(data.context_messages, rows)
-    assert [m["role"] for m in contexts[ALICE.session_id]] == ["user", "assistant", "tool", "assistant"] * 2
+    assert [m["role"] for _, m in contexts[ALICE.session_id]] == ["user", "assistant", "tool", "assistant"] * 2
+    assert [seq for seq, _ in contexts[ALICE.session_id]] == list(range(1, 9))
+    await store.set_context_start(ALICE.session_id, 5)
+    assert [seq for seq, _ in (await store.run(data.context_messages, rows))[ALICE.session_id]] == [5, 6, 7, 8]
+    assert await store.run(data.context_messages, []) == {}
 
 
 async def test_the_transcript_by_turn_marks_the_boundary_and_checks_the_summary(store: ConversationStore) -> None:
