@@ -98,9 +98,10 @@ async def detail_page(request: web.Request) -> web.StreamResponse:
     messages = await services.store.run(data.session_messages, sid)
     turns, check = await asyncio.to_thread(transcript_and_check, row, messages)
     files = await asyncio.to_thread(memory_files, services, sid)
-    return console.render(request, "conversation.html", title=row["title"] or sid, row=row, turns=turns,
-                          check=check, files=files, notes_file=LONG_TERM_FILE, shown_limit=data.TRANSCRIPT_LIMIT,
-                          message_count=len(messages), notice=request.query.get("notice", ""))
+    return await console.render_off_loop(
+        request, "conversation.html", title=row["title"] or sid, row=row, turns=turns, check=check, files=files,
+        notes_file=LONG_TERM_FILE, shown_limit=data.TRANSCRIPT_LIMIT, message_count=len(messages),
+        notice=request.query.get("notice", ""))
 
 
 def transcript_and_check(row: dict[str, Any], messages: list[data.Stored]) -> tuple[list[data.ShownTurn], Any]:

@@ -7,6 +7,7 @@ password) is one log line; the chat channels keep running.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import sys
@@ -212,13 +213,26 @@ class WebConsole:
     # --- rendering ---------------------------------------------------------------------------
     def render(self, request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
         """A page from ``templates/``, with the navigation and the session's CSRF token."""
+        page, values = self._page(request, template, context)
+        return _html(page.render(**values), status)
+
+    async def render_off_loop(self, request: web.Request, template: str, status: int = 200,
+                              **context: Any) -> web.Response:
+        """:meth:`render` in a worker thread, for a long page (a transcript of thousands of messages)."""
+        page, values = self._page(request, template, context)
+        return _html(await asyncio.to_thread(page.render, **values), status)
+
+    def _page(self, request: web.Request, template: str, context: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         session: ConsoleSession | None = request.get(SESSION)
-        page = self.templates.get_template(template)
-        html = page.render(nav=NAV, path=request.path, csrf=session.csrf if session else "",
-                           authed=bool(session and session.authed), mode=self.access.mode,
-                           static=lambda name: request.app.router["static"].url_for(filename=name),
-                           **context)
-        return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+        router = request.app.router
+        values = {"nav": NAV, "path": request.path, "csrf": session.csrf if session else "",
+                  "authed": bool(session and session.authed), "mode": self.access.mode,
+                  "static": lambda name: router["static"].url_for(filename=name), **context}
+        return self.templates.get_template(template), values
+
+
+def _html(text: str, status: int) -> web.Response:
+    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
 
 def redirect(location: str) -> web.Response:
