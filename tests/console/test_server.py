@@ -36,6 +36,13 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "console.server"]
 
 
+def test_by_default_the_console_is_on_loopback_port_8700_opened_by_the_token(tmp_path: Path) -> None:
+    console = WebConsole(Parts(ConfigHolder(Config(data_dir=str(tmp_path)))))
+    assert (console.host, console.port, console.loopback, console.access.mode) == ("127.0.0.1", 8700, True, "token")
+    assert console.refusal() is None
+    assert console.url() == f"http://127.0.0.1:8700/?token={console.access.token}"
+
+
 async def test_port_zero_turns_the_console_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     console = console_for(tmp_path, web_console_port=0)
