@@ -321,6 +321,24 @@ def test_screenshots_of_the_other_pages(admin, base, shots):
     snap(page, shots, "forget-confirm")
 
 
+def test_everything_but_the_live_log_works_without_javascript(browser, bot, base):
+    context = browser.new_context(viewport=DESKTOP, java_script_enabled=False)
+    page = context.new_page()
+    page.goto(console_url(bot))
+    assert page.locator("h1").inner_text() == "Status"
+    page.goto(base + "/config")
+    page.fill("#k-group_context_messages", "10")
+    page.click("form.config button[type=submit]")
+    assert page.locator(".notice").inner_text() == "Saved: group_context_messages."
+    assert read_config(bot)["group_context_messages"] == 10
+    page.goto(base + "/conversation?id=" + SESSION)
+    assert page.locator("#transcript article.turn").count() == 5
+    page.goto(base + "/logs")
+    assert page.locator("#live").is_hidden()  # the live badge shows only when the script runs
+    assert page.locator("#log li").count() > 0
+    context.close()
+
+
 # --- logs ---------------------------------------------------------------------------------------------
 def test_the_log_page_never_shows_a_secret_and_follows_the_log_live(admin, bot, base, shots):
     log = bot.folder / "data" / "bot.log"
