@@ -137,6 +137,10 @@ class WebConsole:
 
     @web.middleware
     async def _gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.loopback and self.access.mode == "token" and not is_loopback(_hostname(request.host)):
+            # A page of another site whose name was rebound to 127.0.0.1 (DNS rebinding) is not let in.
+            return web.Response(status=403, text="This console answers at a loopback address only "
+                                                 "(http://127.0.0.1:PORT/); behind a proxy, set web_console_password.")
         if request.path.startswith("/static/"):
             return await handler(request)
         session = self.sessions.get(request.cookies.get(COOKIE))
@@ -233,6 +237,13 @@ class WebConsole:
 
 def _html(text: str, status: int) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header, without its port (``[::1]:8700`` -> ``::1``)."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def redirect(location: str) -> web.Response:

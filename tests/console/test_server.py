@@ -92,6 +92,12 @@ async def test_the_console_serves_and_stops(tmp_path: Path, caplog: pytest.LogCa
                 cookie = response.headers["Set-Cookie"]
                 assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
                 assert response.headers["X-Frame-Options"] == "DENY"
+            # a page of another site rebound to 127.0.0.1 (DNS rebinding) is not let in, whatever it sends
+            async with http.get(url, headers={"Host": f"evil.example:{console.bound_port}"}) as response:
+                assert response.status == 403
+                assert "loopback address only" in await response.text()
+            async with http.get(url.split("?")[0] + "login", headers={"Host": "localhost"}) as response:
+                assert response.status == 200
             # a POST without the visitor's CSRF token is refused before anything else
             async with http.post(url.split("?")[0] + "login", data={"secret": console.access.token}) as response:
                 assert response.status == 403
