@@ -287,6 +287,13 @@ class App:
             await self.background.start("summary orphans", None, adopt.cancel)
         probe = asyncio.create_task(self._check_model_endpoint(services.config.current), name="model endpoint probe")
         await self.background.start("model endpoint probe", None, probe.cancel)
+        from console.server import start_console  # aiohttp and Jinja2: imported after "ready"
+
+        # started last, so stopped first: no operator action starts while the rest stops
+        console = await start_console(services, self.channel_failures, channels=self.channels,
+                                      leadership=self.leadership)
+        if console is not None:
+            await self.background.start("web console", None, console.stop)
         freeze_heap()
         self._warm_up("tokenizer", services.agent.counter, services.config.current.model)
         warm_ups = list(self._warm_ups)

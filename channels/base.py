@@ -44,6 +44,12 @@ class BaseChannel(ABC):
     #: keep their flat keys of DESIGN §1.2)
     Settings: ClassVar[type[BaseModel] | None] = None
 
+    @property
+    def login_qr(self) -> str | None:
+        """The login QR code the operator must scan now (an image ``data:`` URL), or None (the web console
+        shows it)."""
+        return None
+
     @classmethod
     def preflight(cls, cfg: Any) -> str | None:
         """Why this channel cannot run with ``cfg`` (one line, e.g. a missing token), checked at start before

@@ -34,15 +34,17 @@ ENV_OVERRIDES = {
     "OPENAI_BASE_URL": "open_ai_api_base",
     "TELEGRAM_BOT_TOKEN": "telegram_bot_token",
     "TELEGRAM_WEBHOOK_PORT": "telegram_webhook_port",  # several processes sharing one config.json
+    "WEB_CONSOLE_PASSWORD": "web_console_password",
 }
 #: Keys whose values are masked wherever they are shown.
-SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password"})
+SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"})
 #: Keys that take effect only after a restart.
 RESTART_KEYS = frozenset({
     "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
     "telegram_webhook_url", "telegram_webhook_listen", "telegram_webhook_port", "telegram_rate_limit",
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
     "weixin_base_url",
+    "web_console_port", "web_console_listen",
 })
 
 #: The longest value /config accepts, in characters (the persona is the longest setting in practice).
@@ -123,6 +125,9 @@ class Config(BaseModel):
     memory_flush: bool = False
     azure_api_version: str = ""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    web_console_port: int = Field(8700, ge=0, le=65535)
+    web_console_listen: str = "127.0.0.1"
+    web_console_password: str = ""
 
     @field_validator("channel_type")
     @classmethod
@@ -358,7 +363,7 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 #: Secrets shown only as set or not set, never in part (a short password would show most of itself).
-PASSWORD_KEYS = frozenset({"admin_password"})
+PASSWORD_KEYS = frozenset({"admin_password", "web_console_password"})
 #: A key shorter than this is shown only as set: its last 4 characters would be too large a part of it.
 MIN_SHOWN_KEY_CHARS = 16
 

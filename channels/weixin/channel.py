@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import segno
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
@@ -115,6 +116,14 @@ class WeixinChannel(BaseChannel):
         self.hold_s = LONG_POLL_S
         self._failures = 0
         self._tickets: dict[str, tuple[str, float]] = {}
+
+    @property
+    def login_qr(self) -> str | None:
+        """The login QR code as an SVG ``data:`` URL while a scan is needed (the web console shows it)."""
+        login = self.login
+        if self.client is not None or login is None or not login.qr_content:
+            return None
+        return segno.make(login.qr_content, error="L").svg_data_uri(scale=6)
 
     @property
     def login_state(self) -> LoginState:

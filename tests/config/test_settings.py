@@ -22,7 +22,7 @@ group_shared_session group_chat_reply_prefix admin_users admin_password telegram
 telegram_mode telegram_rate_limit telegram_webhook_url telegram_webhook_listen telegram_webhook_port
 wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezone web_fetch_allow_private
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
-memory_flush azure_api_version weixin_base_url""".split()
+memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -50,7 +50,20 @@ def test_defaults_cover_every_contract_key():
     assert cfg.memory_embedding_model == "local"
     assert cfg.memory_flush is False
     assert cfg.azure_api_version == ""
+    assert cfg.web_console_port == 8700
+    assert cfg.web_console_listen == "127.0.0.1"
+    assert cfg.web_console_password == ""
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
+
+
+def test_the_web_console_password_is_a_secret_that_the_environment_sets(tmp_path):
+    from config.settings import RESTART_KEYS, SECRET_KEYS
+
+    path = write(tmp_path, {"web_console_password": "from-the-file"})
+    assert load_config(path, environ={}).web_console_password == "from-the-file"
+    assert load_config(path, environ={"WEB_CONSOLE_PASSWORD": "from-env"}).web_console_password == "from-env"
+    assert "web_console_password" in SECRET_KEYS
+    assert {"web_console_port", "web_console_listen"} <= RESTART_KEYS
 
 
 def test_unknown_key_is_named_with_a_suggestion(tmp_path):

@@ -1,0 +1,137 @@
+"""The status page, login and logout, and the pages that arrive with later work (usage, reminders, WeChat QR)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from aiohttp import web
+
+from agent.tokens import context_window
+from bootstrap.preflight import database_label
+from console.logs import recent_problems
+from console.server import SESSION, console_of
+
+logger = logging.getLogger(__name__)
+
+#: The status page lists problems of this many last seconds.
+PROBLEM_WINDOW_SECONDS = 3600
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    """Register this module's pages."""
+    router.add_get("/", status_page)
+    router.add_get("/login", login_form)
+    router.add_post("/login", login)
+    router.add_post("/logout", logout)
+    router.add_get("/usage", usage_page)
+    router.add_get("/reminders", reminders_page)
+    router.add_get("/weixin", weixin_page)
+
+
+# --- login --------------------------------------------------------------------------------------------
+def _next(value: Any) -> str:
+    """Where to go after logging in: a path on this site only."""
+    text = str(value or "/")
+    return text if text.startswith("/") and not text.startswith("//") and "\\" not in text else "/"
+
+
+async def login_form(request: web.Request) -> web.StreamResponse:
+    """The login form (the password, or the start token)."""
+    console = console_of(request)
+    if request[SESSION].authed:
+        raise web.HTTPSeeOther(_next(request.query.get("next")))
+    closed = console.refusal()
+    return console.render(request, "login.html", next=_next(request.query.get("next")), closed=closed)
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """Check the password (or token); five failures in 10 minutes lock the address out for 10 minutes."""
+    console = console_of(request)
+    form = await request.post()
+    target = _next(form.get("next"))
+    if console.refusal():
+        return console.render(request, "login.html", status=403, next=target, closed=console.refusal())
+    error = console.access.attempt(request.remote or "?", str(form.get("secret") or ""))
+    if error is not None:
+        return console.render(request, "login.html", status=403, next=target, error=error)
+    return console.log_in(request, target)
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    """End the session."""
+    console = console_of(request)
+    console.sessions.drop(request[SESSION].id)
+    raise web.HTTPSeeOther("/login")
+
+
+# --- status -------------------------------------------------------------------------------------------
+def channel_rows(console: Any) -> list[dict[str, str]]:
+    """Each configured channel and its state."""
+    rows = []
+    seen = set()
+    for channel in console.channels:
+        seen.add(channel.name)
+        state = f"failed: {channel.failure}" if channel.failure else "running"
+        rows.append({"name": channel.name, "state": state})
+    for name, why in console.channel_failures.items():
+        if name not in seen:
+            rows.append({"name": name, "state": f"failed: {why}"})
+    return rows
+
+
+async def status_page(request: web.Request) -> web.StreamResponse:
+    """Channels, model and endpoint, window, database, processes, queue and the last hour's problems."""
+    console = console_of(request)
+    services = console.services
+    cfg = services.config()
+    window = context_window(cfg.model, cfg.model_context_window)
+    window_from = ("model_context_window in config.json" if cfg.model_context_window > 0
+                   else "the table of known models")
+    pending = await services.store.pending_incoming()
+    jobs = await services.store.pending_summary_jobs()
+    leadership = console.leadership
+    shared = services.locks.shared
+    log_path = cfg.data_path() / "bot.log"
+    problems = await asyncio.to_thread(recent_problems, log_path, PROBLEM_WINDOW_SECONDS, console.redactor())
+    return console.render(
+        request, "status.html", title="Status", channels=channel_rows(console), model=cfg.model,
+        summary_model=cfg.effective_summary_model, endpoint=cfg.open_ai_api_base,
+        model_configured=cfg.model_configured, window=window, window_from=window_from,
+        database=database_label(cfg), shared=shared, pid=os.getpid(),
+        leader=leadership.leading if leadership is not None else not shared, pending=len(pending), jobs=len(jobs),
+        problems=problems, data_dir=str(cfg.data_path()))
+
+
+# --- pages of later work ------------------------------------------------------------------------------
+async def usage_page(request: web.Request) -> web.StreamResponse:
+    """Usage per day, model and chat: arrives with token accounting (the usage issue)."""
+    return console_of(request).render(
+        request, "placeholder.html", title="Usage",
+        message="Token usage per day, per model and per chat, with the caps, arrives here together with "
+                "usage accounting and caps (/usage). Until then the bot does not record usage.")
+
+
+async def reminders_page(request: web.Request) -> web.StreamResponse:
+    """Reminders: arrive with /remind (the reminders issue)."""
+    return console_of(request).render(
+        request, "placeholder.html", title="Reminders",
+        message="Pending and sent reminders arrive here together with /remind and /reminders. "
+                "Until then the bot keeps no reminders.")
+
+
+async def weixin_page(request: web.Request) -> web.StreamResponse:
+    """The WeChat (weixin) login QR code, when that channel is waiting for a scan."""
+    console = console_of(request)
+    channel = next((c for c in console.channels if c.name == "weixin"), None)
+    qr = channel.login_qr if channel is not None else None
+    if qr:
+        return console.render(request, "weixin.html", title="WeChat login", qr=qr)
+    if channel is None:
+        message = ("The weixin channel (WeChat's official bot API) is not running in this bot, so there is no "
+                   "login QR code to show. When it runs and needs a login, its QR code appears here.")
+    else:
+        message = "The weixin channel is logged in: there is no QR code to scan."
+    return console.render(request, "placeholder.html", title="WeChat login", message=message)

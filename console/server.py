@@ -1,0 +1,286 @@
+"""The console's aiohttp server: start and stop, the access gate, and page rendering.
+
+The app starts it after "ready" (``start_console``) and stops it first at shutdown, before the turns in
+flight are drained. A console that cannot start (a port in use, a non-loopback address without a
+password) is one log line; the chat channels keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import jinja2
+from aiohttp import web
+
+from console.auth import COOKIE, Access, ConsoleSession, SessionStore, csrf_ok, is_loopback
+
+if TYPE_CHECKING:
+    from channels.base import BaseChannel
+    from dispatcher.leader import Leadership
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+CONSOLE: web.AppKey[WebConsole] = web.AppKey("console")
+#: where a request keeps its console session (aiohttp 3.14 types request storage with RequestKey)
+SESSION: Any = web.RequestKey("console_session", ConsoleSession) if hasattr(web, "RequestKey") else "console_session"
+#: Pages anyone may open: the login form and the files it needs.
+OPEN_PATHS = ("/login",)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                                "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",  # the token link must not leak through a Referer header
+    "Cache-Control": "no-store",
+}
+NAV = [("/", "Status"), ("/conversations", "Conversations"), ("/memory", "Memory"), ("/config", "Config"),
+       ("/logs", "Logs"), ("/usage", "Usage"), ("/reminders", "Reminders"), ("/weixin", "WeChat login")]
+
+
+class WebConsole:
+    """The web console of one bot process."""
+
+    def __init__(self, services: Any, channel_failures: dict[str, str] | None = None, *,
+                 channels: list[BaseChannel] | None = None, leadership: Leadership | None = None) -> None:
+        self.services = services
+        self.channel_failures = channel_failures if channel_failures is not None else {}
+        #: the running chat channels (their state on the status page; the WeChat login QR)
+        self.channels: list[BaseChannel] = channels if channels is not None else []
+        #: whether this process leads (several processes); None: it is alone
+        self.leadership = leadership
+        #: background work started by a page (re-indexing after a memory edit)
+        self.tasks: set[asyncio.Task] = set()
+        cfg = services.config()
+        self.host = cfg.web_console_listen
+        self.port = cfg.web_console_port
+        self.loopback = is_loopback(self.host)
+        self.access = Access(services.config, cfg.data_path())
+        self.sessions = SessionStore()
+        self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                                            autoescape=True, trim_blocks=True, lstrip_blocks=True)
+        self._runner: web.AppRunner | None = None
+        self.bound_port: int | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def refusal(self) -> str | None:
+        """Why the console must not start with these settings, or None."""
+        if not self.port:
+            return None
+        if not self.loopback and not self.access.password:
+            return (f"web console not started: web_console_listen is {self.host}, which is not a loopback "
+                    "address, and web_console_password is empty; set WEB_CONSOLE_PASSWORD (or the key in "
+                    "config.json by hand) to serve it there")
+        return None
+
+    async def start(self) -> bool:
+        """Serve the console; False (after one log line) when it is off or cannot start."""
+        if not self.port:
+            logger.info("web console: off (web_console_port is 0)")
+            return False
+        why = self.refusal()
+        if why:
+            logger.warning("%s", why)
+            return False
+        app = self.make_app()
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            if exc.errno == errno.EADDRINUSE:
+                logger.warning("web console not started: port %d on %s is in use; set web_console_port to a free "
+                               "port (0 turns the console off)", self.port, self.host)
+            else:
+                logger.warning("web console not started: cannot listen on %s:%d (%s)", self.host, self.port,
+                               exc.strerror or exc)
+            return False
+        self._runner = runner
+        sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the port really bound
+        self.bound_port = sockets[0].getsockname()[1] if sockets else self.port
+        self.announce()
+        return True
+
+    def url(self) -> str:
+        """The address to open (with the token when the token opens it)."""
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        base = f"http://{host}:{self.bound_port or self.port}/"
+        return base + f"?token={quote(self.access.token)}" if self.access.mode == "token" else base
+
+    def announce(self) -> None:
+        """Say where the console is: in bot.log, and on an interactive terminal above the prompt."""
+        how = "" if self.access.mode == "token" else " (log in with web_console_password)"
+        line = f"web console: {self.url()}{how}"
+        logger.info("%s", line)
+        cfg = self.services.config()
+        if "terminal" in cfg.channels:
+            from channels.terminal import stdin_is_terminal
+
+            if stdin_is_terminal():  # INFO lines stay off an interactive terminal: show this one there
+                print(line, file=sys.stdout, flush=True)  # noqa: T201 - the start banner's line
+
+    async def stop(self) -> None:
+        """Stop serving; requests in progress get a moment to finish."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+            logger.info("web console: stopped")
+
+    # --- the aiohttp application -------------------------------------------------------------
+    def make_app(self) -> web.Application:
+        """The aiohttp application with every page."""
+        from console import config_page, conversations, logs, memory_page, pages
+
+        app = web.Application(middlewares=[self._gate], client_max_size=1024 * 1024)
+        app[CONSOLE] = self
+        app.router.add_static("/static/", HERE / "static", name="static", append_version=True)
+        for module in (pages, conversations, memory_page, config_page, logs):
+            module.add_routes(app.router)
+        return app
+
+    @web.middleware
+    async def _gate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.loopback and self.access.mode == "token" and not is_loopback(_hostname(request.host)):
+            # A page of another site whose name was rebound to 127.0.0.1 (DNS rebinding) is not let in.
+            return web.Response(status=403, text="This console answers at a loopback address only "
+                                                 "(http://127.0.0.1:PORT/); behind a proxy, set web_console_password.")
+        if request.path.startswith("/static/"):
+            return await handler(request)
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        fresh = session is None
+        if session is None:
+            session = self.sessions.new()
+        request[SESSION] = session
+        try:
+            response = await self._guarded(request, handler, session)
+        except web.HTTPException as exc:  # a raised redirect or 404 gets the same headers
+            for name, value in SECURITY_HEADERS.items():
+                exc.headers.setdefault(name, value)
+            raise
+        if fresh and request[SESSION] is session:
+            set_cookie(request, response, session)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    async def _guarded(self, request: web.Request, handler: Any, session: ConsoleSession) -> web.StreamResponse:
+        token = request.query.get("token")
+        if token is not None and request.method == "GET":
+            return self._token_login(request, token)
+        if request.method == "POST":
+            form = await request.post()
+            if not csrf_ok(session, form.get("csrf")):
+                logger.warning("web console: %s %s refused: missing or wrong CSRF token", request.method, request.path)
+                return self.render(request, "message.html", status=403, title="Refused",
+                                   message="This form was refused: its security token is missing or out of date. "
+                                           "Nothing was changed. Reload the page and try again.")
+        if not session.authed and request.path not in OPEN_PATHS:
+            if request.method != "GET":
+                raise web.HTTPSeeOther("/login")
+            return redirect("/login?next=" + quote(request.path_qs, safe=""))
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except Exception:
+            logger.exception("web console: %s %s failed", request.method, request.path)
+            return self.render(request, "message.html", status=500, title="Something went wrong",
+                               message="The page could not be shown; the details are in bot.log.")
+
+    def _token_login(self, request: web.Request, token: str) -> web.StreamResponse:
+        """``/?token=…``: log in with the start token, then drop it from the address bar."""
+        if self.access.mode != "token" or not self.loopback:
+            return redirect("/login")
+        error = self.access.attempt(request.remote or "?", token)
+        if error is not None:
+            return self.render(request, "login.html", status=403, error=error, next="/")
+        query = {k: v for k, v in request.query.items() if k != "token"}
+        target = request.rel_url.with_query(query)
+        return self.log_in(request, str(target))
+
+    def log_in(self, request: web.Request, target: str) -> web.StreamResponse:
+        """Replace the visitor's session with a new logged-in one and go to ``target``."""
+        old: ConsoleSession = request[SESSION]
+        self.sessions.drop(old.id)
+        session = self.sessions.new(authed=True)
+        request[SESSION] = session
+        response = redirect(target)
+        set_cookie(request, response, session)
+        return response
+
+    def redactor(self) -> Any:
+        """Masks the secrets in force now, and the start token, as the log file masks secrets."""
+        from bootstrap.preflight import Redactor
+
+        redact = Redactor()
+        redact.update(self.services.config())
+        redact.secrets = sorted({*redact.secrets, self.access.token}, key=len, reverse=True)
+        return redact
+
+    # --- rendering ---------------------------------------------------------------------------
+    def render(self, request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+        """A page from ``templates/``, with the navigation and the session's CSRF token."""
+        page, values = self._page(request, template, context)
+        return _html(page.render(**values), status)
+
+    async def render_off_loop(self, request: web.Request, template: str, status: int = 200,
+                              **context: Any) -> web.Response:
+        """:meth:`render` in a worker thread, for a long page (a transcript of thousands of messages)."""
+        page, values = self._page(request, template, context)
+        return _html(await asyncio.to_thread(page.render, **values), status)
+
+    def _page(self, request: web.Request, template: str, context: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        session: ConsoleSession | None = request.get(SESSION)
+        router = request.app.router
+        values = {"nav": NAV, "path": request.path, "csrf": session.csrf if session else "",
+                  "authed": bool(session and session.authed), "mode": self.access.mode,
+                  "static": lambda name: router["static"].url_for(filename=name), **context}
+        return self.templates.get_template(template), values
+
+
+def _html(text: str, status: int) -> web.Response:
+    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+def _hostname(host: str) -> str:
+    """The name in a Host header, without its port (``[::1]:8700`` -> ``::1``)."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def redirect(location: str) -> web.Response:
+    """A 303 to ``location`` (returned, so the gate can still set the cookie and headers on it)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+def set_cookie(request: web.Request, response: web.StreamResponse, session: ConsoleSession) -> None:
+    """The session cookie: HttpOnly, SameSite=Strict, Secure behind TLS."""
+    secure = request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+    response.set_cookie(COOKIE, session.id, httponly=True, samesite="Strict", secure=secure, path="/")
+
+
+def console_of(request: web.Request) -> WebConsole:
+    """The console serving ``request``."""
+    return request.app[CONSOLE]
+
+
+async def start_console(services: Any, channel_failures: dict[str, str] | None = None, *,
+                        channels: list[BaseChannel] | None = None,
+                        leadership: Leadership | None = None) -> WebConsole | None:
+    """Start the console of ``services``' settings; None when it is off or could not start."""
+    console = WebConsole(services, channel_failures, channels=channels, leadership=leadership)
+    try:
+        started = await console.start()
+    except Exception:  # noqa: BLE001 - the console must never stop the chat channels
+        logger.exception("web console: failed to start")
+        return None
+    return console if started else None

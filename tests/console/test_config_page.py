@@ -1,0 +1,72 @@
+"""console/config_page.py: the form's fields from the config model, and saving only what changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from config.settings import KNOWN_KEYS, Config
+from console.config_page import changed_settings, fields, file_digest, parse_field, save_settings
+from core.errors import ConfigError
+
+
+def test_every_key_has_a_field_of_its_kind() -> None:
+    kinds = {f["key"]: f["kind"] for f in fields(Config().model_dump())}
+    assert list(kinds) == list(KNOWN_KEYS)
+    assert kinds["agent_max_context_turns"] == "int"
+    assert kinds["stream_replies"] == "bool"
+    assert kinds["telegram_mode"] == "choice"
+    assert kinds["character_desc"] == "longtext"
+    assert kinds["group_chat_prefix"] == "json" and kinds["channel_type"] == "json" and kinds["plugins"] == "json"
+    assert {k for k, kind in kinds.items() if kind == "secret"} == {
+        "open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"}
+
+
+def test_a_secret_field_never_holds_the_secret() -> None:
+    shown = {f["key"]: f for f in fields(Config(open_ai_api_key="sk-abcdef123456").model_dump())}
+    assert shown["open_ai_api_key"]["value"] == "" and shown["open_ai_api_key"]["is_set"] is True
+    assert shown["admin_password"]["is_set"] is False
+    assert shown["open_ai_api_key"]["env"] == "OPENAI_API_KEY"
+
+
+def test_values_are_read_as_config_does() -> None:
+    assert parse_field("agent_max_context_turns", "12") == 12
+    assert parse_field("agent_max_context_turns", "twelve") == "twelve"  # the model names the key later
+    assert parse_field("stream_replies", "false") is False
+    assert parse_field("group_chat_prefix", '["@bot", "bot,"]') == ["@bot", "bot,"]
+    assert parse_field("channel_type", "telegram") == "telegram"  # a bare word, as with /config
+    assert parse_field("character_desc", "line one\r\nline two") == "line one\nline two"
+    with pytest.raises(ConfigError, match="invalid value for 'stream_replies'"):
+        parse_field("stream_replies", "maybe")
+
+
+def test_only_changed_keys_are_saved_and_every_other_key_keeps_its_place(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    original = {"model": "m1", "data_dir": "data", "group_chat_keyword": ["weather"], "open_ai_api_key": "sk-1234567"}
+    path.write_text(json.dumps(original, indent=2), encoding="utf-8")
+    current = Config.model_validate(original).model_dump()
+    form = {f"k:{f['key']}": f["value"] for f in fields(current)}  # the form as loaded
+    assert changed_settings(form, current) == {}  # an untouched form changes nothing (empty secrets kept)
+    form["k:agent_max_context_turns"] = "2"
+    form["k:admin_password"] = "new-admin-pass"
+    changes = changed_settings(form, current)
+    assert changes == {"agent_max_context_turns": 2, "admin_password": "new-admin-pass"}
+    digest = file_digest(path)
+    cfg = save_settings(path, changes)
+    assert cfg.agent_max_context_turns == 2
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    assert saved == {**original, "agent_max_context_turns": 2, "admin_password": "new-admin-pass"}
+    assert list(saved)[:4] == list(original)
+    assert file_digest(path) != digest
+
+
+def test_an_invalid_value_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model": "m1"}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="invalid value for 'agent_max_context_turns'"):
+        save_settings(path, {"agent_max_context_turns": 0})
+    with pytest.raises(ConfigError, match="invalid value for 'cleanup_hour'"):
+        save_settings(path, {"cleanup_hour": "twelve"})
+    assert path.read_text(encoding="utf-8") == '{"model": "m1"}\n'

@@ -1,0 +1,190 @@
+"""console/server.py: when the console starts, and that a console that cannot start leaves the chat running."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import Config, ConfigHolder
+from console.server import WebConsole
+from tests.console.conftest import free_port
+from tests.fakes.bot_process import BotProcess
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+
+@dataclass
+class Parts:
+    """What the console needs before it serves a page: the settings."""
+
+    config: ConfigHolder
+
+
+def console_for(tmp_path: Path, **settings: Any) -> WebConsole:
+    return WebConsole(Parts(ConfigHolder(Config(data_dir=str(tmp_path), **settings))))
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "console.server"]
+
+
+def test_by_default_the_console_is_on_loopback_port_8700_opened_by_the_token(tmp_path: Path) -> None:
+    console = WebConsole(Parts(ConfigHolder(Config(data_dir=str(tmp_path)))))
+    assert (console.host, console.port, console.loopback, console.access.mode) == ("127.0.0.1", 8700, True, "token")
+    assert console.refusal() is None
+    assert console.url() == f"http://127.0.0.1:8700/?token={console.access.token}"
+
+
+async def test_port_zero_turns_the_console_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    console = console_for(tmp_path, web_console_port=0)
+    assert await console.start() is False
+    assert [r.getMessage() for r in caplog.records if r.name == "console.server"] == [
+        "web console: off (web_console_port is 0)"]
+
+
+async def test_another_address_without_a_password_is_one_line_and_no_console(tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    console = console_for(tmp_path, web_console_listen="0.0.0.0", web_console_port=free_port())
+    assert await console.start() is False
+    assert warnings(caplog) == [
+        "web console not started: web_console_listen is 0.0.0.0, which is not a loopback address, and "
+        "web_console_password is empty; set WEB_CONSOLE_PASSWORD (or the key in config.json by hand) to serve it "
+        "there"]
+    with_password = console_for(tmp_path, web_console_listen="0.0.0.0", web_console_password="long-password-1")
+    assert with_password.refusal() is None
+    assert with_password.url().endswith(":8700/")  # no token in the address: the password opens it
+
+
+async def test_a_port_in_use_is_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        console = console_for(tmp_path, web_console_port=port)
+        assert await console.start() is False
+    assert warnings(caplog) == [f"web console not started: port {port} on 127.0.0.1 is in use; set "
+                                "web_console_port to a free port (0 turns the console off)"]
+
+
+async def test_the_console_serves_and_stops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import aiohttp
+
+    caplog.set_level(logging.INFO)
+    console = console_for(tmp_path, web_console_port=free_port())
+    assert await console.start() is True
+    try:
+        url = console.url()
+        assert f"?token={console.access.token}" in url
+        assert [r.getMessage() for r in caplog.records if r.name == "console.server"] == [f"web console: {url}"]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url.split("?")[0] + "conversations", allow_redirects=False) as response:
+                assert response.status == 303
+                assert response.headers["Location"] == "/login?next=%2Fconversations"
+                cookie = response.headers["Set-Cookie"]
+                assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+                assert response.headers["X-Frame-Options"] == "DENY"
+            # a page of another site rebound to 127.0.0.1 (DNS rebinding) is not let in, whatever it sends
+            async with http.get(url, headers={"Host": f"evil.example:{console.bound_port}"}) as response:
+                assert response.status == 403
+                assert "loopback address only" in await response.text()
+            async with http.get(url.split("?")[0] + "login", headers={"Host": "localhost"}) as response:
+                assert response.status == 200
+            # a POST without the visitor's CSRF token is refused before anything else
+            async with http.post(url.split("?")[0] + "login", data={"secret": console.access.token}) as response:
+                assert response.status == 403
+                assert "This form was refused" in await response.text()
+    finally:
+        await console.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", console.bound_port or 0), timeout=1).close()
+
+
+@dataclass
+class WaitingWeixin:
+    """A weixin channel waiting for a scan: ``login_qr`` is the code as a data: URL (or text to show as is)."""
+
+    name: str = "weixin"
+    failure: str | None = None
+    login_qr: str | None = "data:image/png;base64,iVBORw0KGgo="
+
+
+async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan(tmp_path: Path) -> None:
+    import aiohttp
+
+    channel = WaitingWeixin()
+    parts = Parts(ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port())))
+    console = WebConsole(parts, channels=[channel])
+    assert await console.start() is True
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.get(console.url(), allow_redirects=False) as response:  # the token logs in
+                assert response.status == 303 and response.headers["Location"] == "/"
+            async with http.get(console.url().split("?")[0] + "weixin") as response:
+                page = await response.text()
+                assert response.status == 200
+                assert '<img src="data:image/png;base64,iVBORw0KGgo=" alt="WeChat login QR code">' in page
+            channel.login_qr = None  # logged in
+            async with http.get(console.url().split("?")[0] + "weixin") as response:
+                assert "is logged in: there is no QR code to scan" in await response.text()
+    finally:
+        await console.stop()
+
+
+@pytest.mark.parametrize("why", ["port in use", "another address"])
+def test_the_chat_keeps_running_when_the_console_cannot_start(tmp_path: Path, why: str) -> None:
+    with FakeTelegramAPI(username="console_test_bot") as api, FakeOpenAIServer() as llm, socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        extra = {"web_console_port": port} if why == "port in use" else \
+            {"web_console_port": free_port(), "web_console_listen": "0.0.0.0"}
+        proc = BotProcess(tmp_path, channel_type="telegram", telegram_bot_token=api.token,
+                          telegram_base_url=api.base_url, telegram_rate_limit=False,
+                          open_ai_api_base=llm.base_url, open_ai_api_key="k", data_dir="data", **extra).start()
+        try:
+            proc.wait_for_log("web console not started: ")
+            api.push_text(42, "still there?", user_id=42, first_name="Bo")
+            deadline = time.monotonic() + 15
+            while api.chat_texts(42) != ["echo: still there?"]:
+                assert time.monotonic() < deadline, api.chat_texts(42)
+                time.sleep(0.05)
+        finally:
+            assert proc.stop() == 0
+        lines = [line for line in proc.log().splitlines() if "web console" in line]
+        assert len(lines) == 1 and " WARNING console.server: web console not started: " in lines[0]
+        assert "Traceback" not in proc.log()
+
+
+def test_the_link_is_shown_on_an_interactive_terminal(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    import pexpect
+
+    from tests.e2e.test_terminal import ANSI, expect
+
+    port = free_port()
+    with FakeOpenAIServer() as llm:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"open_ai_api_base": llm.base_url, "open_ai_api_key": "k", "data_dir": "data",
+                                    "web_console_port": port}))
+        env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "TERM": "xterm", "HOME": str(tmp_path)}
+        root = Path(__file__).resolve().parents[2]
+        child = pexpect.spawn(sys.executable, [str(root / "app.py"), "--config", str(path)], cwd=str(tmp_path),
+                              env=env, encoding="utf-8", timeout=30, dimensions=(24, 120))
+        try:
+            screen = ANSI.sub("", expect(child, r"\?token=[A-Za-z0-9_-]{32}"))
+            assert screen.endswith(f"web console: http://127.0.0.1:{port}/")  # above the prompt
+            child.sendcontrol("d")
+            child.expect(pexpect.EOF, timeout=30)
+        finally:
+            child.close(force=True)
+    log = (tmp_path / "data" / "bot.log").read_text(encoding="utf-8")
+    assert f"INFO console.server: web console: http://127.0.0.1:{port}/?token=" in log
