@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plugins.builtin.admin import AuthGuard
+from dispatcher.admins import AuthGuard
 
 logger = logging.getLogger(__name__)
 
