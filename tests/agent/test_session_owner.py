@@ -25,6 +25,7 @@ MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "s
 OTHER_CLASSES = {
     ("agent/context.py", "turn.messages"),  # a Turn (core/turns.py), a copy being prepared
     ("agent/provider_errors.py", "facts.messages"),  # ErrorFacts, what an error body says
+    ("console/data.py", "turns[-1].messages"),  # a ShownTurn, a turn of a transcript page
 }
 
 
