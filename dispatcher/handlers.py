@@ -14,7 +14,7 @@ from agent.session import SessionManager
 from channels.base import BaseChannel
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
-from dispatcher.hooks import MessageHooks
+from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
 from store.conversations import ConversationStore
@@ -49,15 +49,14 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
         return "", 0
     state = await sessions.get(item.info)
     async with state.lock:
-        if item.user_message is not None:  # stored at intake
-            assert item.user_seq is not None
+        if item.store_with_intake and item.user_message is not None and item.user_seq is not None:  # stored at intake
             if not state.cut_after(item.user_seq):
                 state.append(item.user_seq, item.user_message)
         elif item.user_seq is None:
-            text = await hooks.before_agent(item.message, item.text)
-            if text is None:
+            message = await user_message(hooks, item)
+            if message is None:
                 return "", 0
-            message = {"role": "user", "content": text}  # stored with its journal row, before any model call
+            # stored and linked to its journal row before any model call
             state.append(await store.append_user(item.info.session_id, message, item.inbox_id), message)
         else:
             answer = await stored_answer(store, item)

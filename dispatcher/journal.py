@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from agent.session import SessionManager
-from dispatcher.hooks import MessageHooks
+from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem, journal_payload
 from store.conversations import ConversationStore
 
@@ -61,15 +61,10 @@ class JournalWriter:
             await asyncio.wait([after])
         # A session not in memory may not exist yet: the journal entry creates it in the same transaction.
         new = item.info if self.sessions.peek(item.info.session_id) is None else None
-        if item.store_with_intake:
-            text = await self.hooks().before_agent(item.message, item.text)
-            if text is None:
-                item.skipped = True
-            else:
-                item.user_message = {"role": "user", "content": text}
+        stored = await user_message(self.hooks(), item) if item.store_with_intake else None
         recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
                                                     item.info.session_id, journal_payload(item.message, item.command),
-                                                    item.user_message, new)
+                                                    stored, new)
         if recorded is not None:
             item.inbox_id, item.user_seq = recorded
             self.on_recorded(item)
