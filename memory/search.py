@@ -217,7 +217,7 @@ class MemorySearch:
         rankings = [corpus.keyword_ranking(query)]
         if semantic and embedder is not None and len(corpus.vector_rows):
             try:
-                rankings.append(corpus.vector_ranking((await embedder.embed([query]))[0]))
+                rankings.append(corpus.vector_ranking(await embedder.embed_query(query)))
             except Exception:  # noqa: BLE001 - the keyword ranking still answers
                 logger.exception("session %s: embedding the query failed; keyword search only", session_id)
         hits = []

@@ -185,7 +185,11 @@ async def test_local_embedding_runs_on_its_own_worker_not_the_shared_pool() -> N
 
     embedder.embed_sync = recording  # type: ignore[method-assign]
     # many batches queued at once leave asyncio's pool free for the replies' thread work
-    batches = [asyncio.ensure_future(embedder.embed([f"note {i}"])) for i in range(8)]
+    batches = [asyncio.ensure_future(embedder.embed([f"note {i}"] * 4)) for i in range(8)]
     assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), timeout=5) == "free"
+    question = await embedder.embed_query("what did I note?")
+    # the question did not wait for the queued passages: most of them are still waiting
+    assert sum(batch.done() for batch in batches) < 8
     await asyncio.gather(*batches)
-    assert len(names) == 8 and all(name.startswith("embed") for name in names)
+    assert len(names) == 9 and set(names) == {"embed_0", "embed-query_0"}
+    assert question.shape == (384,) and abs(float(question @ question) - 1) < 1e-5
