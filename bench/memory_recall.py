@@ -164,6 +164,11 @@ async def main() -> None:
             await search.corpus(big)
             cold_ms = (time.perf_counter() - t) * 1000
             queries = [q for _, q in facts]
+            embed_ms = []
+            for q in queries:
+                t = time.perf_counter()
+                embedder.embed_sync([q])
+                embed_ms.append((time.perf_counter() - t) * 1000)
             lat: dict[bool, list[float]] = {False: [], True: []}
             for _ in range(args.rounds):
                 for semantic in (True, False):  # interleaved
@@ -177,7 +182,8 @@ async def main() -> None:
     print("recall@5 (60 facts, paraphrased questions sharing no content word):")
     for name, kw, hy in rows:
         print(f"  {name:8s} keywords only {kw:6.1%}   hybrid {hy:6.1%}")
-    print(f"embedding, local model: {statistics.median(per_k):.0f} ms per 1,000 chunks (median of {args.rounds})")
+    print(f"embedding, local model ({embedder.name}): {statistics.median(per_k):.0f} ms per 1,000 chunks "
+          f"(median of {args.rounds}); one question: median {statistics.median(embed_ms):.1f} ms")
     print(f"model load: {load_s * 1000:.0f} ms; RSS {rss_before:.0f} MB before, {rss_loaded:.0f} MB loaded, "
           f"{rss_end:.0f} MB at the end")
     print(f"{args.chunks:,} chunks in one session: indexed in {index_s:.1f} s; first search loads them in "

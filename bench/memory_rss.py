@@ -11,7 +11,7 @@ chat has its replies and the background summaries and indexing have settled.
 
     python bench/memory_rss.py [--chats 200] [--runs 3]
 
-Goal: <= 150 MB at 200 active chats with the local model.
+Goal: <= 200 MB at 200 active chats with the local model (architecture issue 26, step 8).
 """
 
 from __future__ import annotations

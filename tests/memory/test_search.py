@@ -98,3 +98,38 @@ def test_vector_ranking_threshold_and_dimension_check() -> None:
 def test_format() -> None:
     hits = [Passage("2026-03-01.md", "2026-03-01", "summary", "a", 0.1), Passage("MEMORY.md", "", "note", "b", 0.1)]
     assert format_passages(hits) == "[2026-03-01.md, 2026-03-01] a\n[MEMORY.md] b"
+
+
+async def test_a_change_of_model_embeds_the_stored_passages_again(store, tmp_path: Path, monkeypatch) -> None:
+    from memory import search as search_module
+
+    memory = DailyMemory(tmp_path, UTC)
+    await MemoryIndex(store, HashEmbedder(), memory).add(A, "note", "- alpha beta\n- gamma\n- delta", "MEMORY.md")
+    await MemoryIndex(store, None, memory).add(A, "note", "- stored without a vector", "MEMORY.md")
+    new = HashEmbedder()
+    new.name, new.dim = "hash-new", 6
+    monkeypatch.setattr(search_module, "REFRESH_BATCH", 3)
+    search = MemorySearch(MemoryIndex(store, new, memory))
+    await search.search(A, "alpha")
+    assert await search.index.models(A) == {"hash-new": 3, "": 1}  # one batch per search
+    assert await search.search(A, "alpha", semantic=False)  # keywords only: nothing embedded
+    assert await search.index.models(A) == {"hash-new": 3, "": 1}
+    hits = await search.search(A, "delta")
+    assert await search.index.models(A) == {"hash-new": 4}
+    corpus = await search.corpus(A)
+    assert len(corpus.vector_rows) == 4 and corpus.vectors.shape == (4, 6)
+    assert hits[0].text == "delta"
+    # the stored texts, oldest first, then each query
+    assert new.calls == [["alpha beta", "gamma", "delta"], ["alpha"], ["stored without a vector"], ["delta"]]
+
+
+async def test_a_failing_new_model_keeps_the_old_vectors_and_is_not_retried(store, tmp_path: Path) -> None:
+    memory = DailyMemory(tmp_path, UTC)
+    await MemoryIndex(store, HashEmbedder(), memory).add(A, "note", "- alpha beta", "MEMORY.md")
+    new = HashEmbedder()
+    new.name, new.fail = "hash-new", True
+    search = MemorySearch(MemoryIndex(store, new, memory))
+    assert [h.text for h in await search.search(A, "alpha")] == ["alpha beta"]
+    assert [h.text for h in await search.search(A, "alpha")] == ["alpha beta"]
+    assert await search.index.models(A) == {"hash-8": 1}
+    assert new.calls == [["alpha beta"]]  # tried once; with no vector of the new model no query is embedded
