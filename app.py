@@ -20,8 +20,9 @@ from typing import Any
 from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
 from agent.session import SessionManager
-from agent.tokens import check_context_window, context_window
+from agent.tokens import check_context_window
 from agent.tools.base import ToolRegistry
+from agent.window import ModelWindows
 from bootstrap.preflight import (
     SETUP_ERROR,
     Redactor,
@@ -85,17 +86,21 @@ def build_llm(cfg: Config):
     if not cfg.model_configured:
         return UnconfiguredLLM()
     return OpenAILLM(api_key=cfg.open_ai_api_key, base_url=cfg.open_ai_api_base, model=cfg.model,
-                     azure_api_version=cfg.azure_api_version, max_output_tokens=cfg.agent_max_output_tokens)
+                     azure_api_version=cfg.azure_api_version, max_output_tokens=cfg.agent_max_output_tokens,
+                     max_parallel=cfg.model_max_parallel)
 
 
-def model_window(config: Any) -> Any:
-    """``window(model)``: a model's context window; ``model_context_window`` applies to ``model`` itself."""
-
-    def window(model: str) -> int:
-        cfg = config()
-        return context_window(model, cfg.model_context_window if model == cfg.model else 0)
-
-    return window
+async def discover_window(services: Services, model: str) -> None:
+    """Ask the model server for the window of ``model`` when nothing else knows it (agent/window.py), then log
+    the window in force and where it came from."""
+    windows = services.agent.windows
+    ask = getattr(services.llm, "server_json", None)
+    if ask is not None and not getattr(services.llm, "azure_api_version", ""):
+        try:
+            await windows.discover(model, ask)
+        except Exception:  # noqa: BLE001 - discovery is a courtesy; the table's window stays
+            logger.warning("asking the model server for its context window failed", exc_info=True)
+    logger.info("model %s: context window %s", model, windows.get(model).describe())
 
 
 def build_channels(cfg: Config, services: Any = None, failures: dict[str, str] | None = None) -> list[BaseChannel]:
@@ -152,10 +157,10 @@ class App:
         sessions = SessionManager(store, holder, summarizer)
         summarizer.sessions = sessions
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
-                      notes=daily.long_term_notes)
+                      notes=daily.long_term_notes, windows=ModelWindows(holder))
         # The summariser's requests fit the summary model's window, counted with the agent's tokenizer.
         summarizer.counter = agent.counter
-        summarizer.window = model_window(holder)
+        summarizer.window = agent.windows
         commands = CommandRegistry()
         dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=commands,
                                 locks=locks)
@@ -181,9 +186,12 @@ class App:
         if self.redact is not None:
             redact = self.redact
             services.config.on_change(lambda old, new: redact.update(new))
+        if cfg.model_configured:
+            await discover_window(services, cfg.model)
+            services.config.on_change(self._rediscover_window)
         for channel in services.channels:
             if channel.name == "terminal":
-                channel.banner = start_banner(cfg)
+                channel.banner = start_banner(cfg, window=services.agent.windows.get(cfg.model).describe())
                 channel.history_path = cfg.data_path() / "terminal_history"
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -216,6 +224,14 @@ class App:
         if self._no_channel_left(services):
             return self._no_channel_error()
         return 0
+
+    def _rediscover_window(self, old: Config, new: Config) -> None:
+        """After a config change of the model or its window: ask the server again (in the background)."""
+        if self.services is None or (old.model, old.model_context_window) == (new.model, new.model_context_window):
+            return
+        task = asyncio.create_task(discover_window(self.services, new.model), name="window discovery")
+        self._warm_ups.add(task)
+        task.add_done_callback(self._warm_ups.discard)
 
     def _no_channel_left(self, services: Services) -> bool:
         """True when channels were configured and none of them can run (any more)."""

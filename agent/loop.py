@@ -34,8 +34,10 @@ from agent.context import (
 )
 from agent.flush import flush_before_trim
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, reset_context
-from agent.tokens import TokenCounter, context_window, output_cap
+from agent.slots import urgent
+from agent.tokens import TokenCounter, output_cap
 from agent.tools.base import ToolContext, ToolRegistry, cap_result
+from agent.window import ModelWindows
 from core.errors import ContextOverflowError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse
 from core.turns import CtxMessage, Turn
@@ -70,6 +72,24 @@ CLEARED_REPLY = (
     "Nothing is lost: earlier messages are saved in this chat's memory. Please send your last message "
     "again, shorter if you can."
 )
+
+
+#: ``finish_reason`` of the answer made from a stream that broke after part of it was shown.
+STREAM_BROKEN = "stream_broken"
+
+
+def reply_outcome(response: LLMResponse) -> str:
+    """What the user got, for the turn's log line: ``ok``, or the notice (``empty``, ``cut``, ``filtered``)."""
+    text = (response.content or "").strip()
+    if response.finish_reason == "length":
+        return "cut (length limit)" if text else "empty (length limit)"
+    if response.finish_reason == STREAM_BROKEN:
+        return "cut (the stream broke)"
+    if text:
+        return "ok"
+    if response.finish_reason == "content_filter":
+        return "filtered"
+    return "empty (reasoning only)" if response.reasoning_content else "empty"
 
 
 def reply_text(response: LLMResponse) -> str:
@@ -114,6 +134,8 @@ class TurnResult:
     ends: float = float("inf")
     #: ``text`` was kept as the reply of ``run_turn``'s ``reply_for`` message, with the answer
     kept: bool = False
+    #: what the user got, for the log line (:func:`reply_outcome`; ``cleared`` after an overflow cleared it)
+    outcome: str = "ok"
 
 
 class Agent:
@@ -128,6 +150,7 @@ class Agent:
         config: Callable[[], Any],
         sink: DropSink,
         notes: Callable[[str], str | None] | None = None,
+        windows: ModelWindows | None = None,
     ) -> None:
         self.llm = llm
         self.tools = tools
@@ -135,6 +158,8 @@ class Agent:
         self.config = config
         self.sink = sink
         self.notes = notes
+        #: the models' context windows and where they came from (configured, the server, the table)
+        self.windows = windows or ModelWindows(config)
         #: seconds a turn's model calls may take in all (tests shorten it)
         self.turn_deadline = TURN_DEADLINE
         self._counters: dict[str, TokenCounter] = {}
@@ -163,7 +188,7 @@ class Agent:
     def budget(self, state: SessionState, system_prompt: str) -> Budget:
         """The turn and token budgets for the history of this request."""
         cfg = self.config()
-        window = context_window(cfg.model, cfg.model_context_window)
+        window = self.windows(cfg.model)
         return Budget(max_turns=cfg.agent_max_context_turns,
                       max_tokens=history_budget(cfg.agent_max_context_tokens, window,
                                                 self._reserved(state, system_prompt)))
@@ -192,7 +217,7 @@ class Agent:
             if tool_tokens is None:
                 tool_tokens = self._tool_tokens[cfg.model] = self.counter(cfg.model).count_text(json.dumps(tools))
             request += tool_tokens
-        return output_cap(cfg.agent_max_output_tokens, context_window(cfg.model, cfg.model_context_window), request)
+        return output_cap(cfg.agent_max_output_tokens, self.windows(cfg.model), request)
 
     async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
         """Make a prepared context the session's context; move the boundary past dropped turns."""
@@ -245,7 +270,7 @@ class Agent:
             final = result.steps >= cfg.agent_max_steps
             response = await self._call(state, result, tools=None if final else tools, final=final)
             if response is None:  # the context had to be cleared
-                result.text, result.cleared = CLEARED_REPLY, True
+                result.text, result.cleared, result.outcome = CLEARED_REPLY, True, "cleared (too long)"
                 return result
             result.steps += 1
             message = response.to_message()
@@ -253,7 +278,7 @@ class Agent:
                 message.pop("tool_calls", None)
                 message.pop("reasoning_content", None)
             if final or not response.tool_calls:
-                result.text = reply_text(response)
+                result.text, result.outcome = reply_text(response), reply_outcome(response)
                 if reply_for is None:
                     await self._persist(state, message)
                 else:  # the answer and the outbox's copy of the reply in one transaction
@@ -311,6 +336,7 @@ class Agent:
                 self._render(state, system, final, background), tools=tools, model=cfg.model, max_tokens=cap))
         except ContextOverflowError as exc:
             logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
+            self.windows.learn_from_error(cfg.model, str(exc))
         # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
         if state.messages:
             first = next((m.seq for m in state.messages if m.seq), 0)
@@ -326,8 +352,9 @@ class Agent:
             try:
                 return await self._in_time(result, self._complete(
                     self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 logger.warning("session %s: still too long with %d turn(s)", state.session_id, keep)
+                self.windows.learn_from_error(cfg.model, str(exc))
         await self.clear(state)
         return None
 
@@ -365,6 +392,11 @@ class Agent:
             raise TransientLLMError(f"no answer within the turn's {self.turn_deadline:.0f} s deadline") from exc
 
     async def _complete(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
+        """One model call, a reply's: it takes a free slot of the endpoint before summaries (agent/slots.py)."""
+        with urgent():
+            return await self._model_call(messages, tools=tools, model=model, max_tokens=max_tokens)
+
+    async def _model_call(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call: streamed into the turn's sink when there is one and the client can stream."""
         sink = _ANSWER_SINK.get()
         stream = getattr(self.llm, "stream", None)
@@ -385,7 +417,7 @@ class Agent:
             # that would stand next to half an answer. What is stored is what the user ends up seeing.
             logger.warning("model stream broke after %d piece(s): %s: %s", len(shown), type(exc).__name__, exc)
             text = "".join(shown).rstrip()
-            return LLMResponse(content=f"{text}\n\n{STREAM_BROKEN_NOTE}", finish_reason="stop")
+            return LLMResponse(content=f"{text}\n\n{STREAM_BROKEN_NOTE}", finish_reason=STREAM_BROKEN)
         if response.tool_calls and shown:
             await sink.discard()
         return response

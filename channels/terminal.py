@@ -42,10 +42,12 @@ STOPPING = "stopping…"
 THINKING_SECONDS = 6.0
 
 
-def start_banner(cfg: Any) -> str:
-    """The lines shown when the terminal starts: model, endpoint, data folder, and how to get help or quit."""
+def start_banner(cfg: Any, window: str = "") -> str:
+    """The lines shown when the terminal starts: model, endpoint, its window (and where it came from), data
+    folder, and how to get help or quit."""
     return "\n".join([
         f"longchat: model {cfg.model} at {cfg.open_ai_api_base}",
+        *([f"context window: {window}"] if window else []),
         f"data folder: {cfg.data_path()}",
         "Type a message and press Enter. /help lists the commands; Ctrl-D quits.",
     ])

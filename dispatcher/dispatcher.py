@@ -433,8 +433,9 @@ class Dispatcher:
                 else:
                     note = asyncio.create_task(still_working(self.send, item.message, self.still_working_after,
                                                              streamed))
-                    reply, tool_calls = await run_agent(item, sessions=self.sessions, agent=self.agent,
-                                                        store=self.store, hooks=self.hooks, sink=streamed)
+                    reply, tool_calls, outcome = await run_agent(
+                        item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
+                        sink=streamed)
             self._turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)

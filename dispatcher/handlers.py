@@ -39,13 +39,14 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
 
 
 async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: ConversationStore,
-                    hooks: MessageHooks, sink: AnswerSink | None = None) -> tuple[str, int]:
-    """Run the agent's turn for the item on its session's lock; return the answer and its tool calls.
+                    hooks: MessageHooks, sink: AnswerSink | None = None) -> tuple[str, int, str]:
+    """Run the agent's turn for the item on its session's lock; return the answer, its tool calls and what the
+    user got (``ok``, or the notice: ``empty``, ``cut …``, for the log line).
 
     With a ``sink`` the answer streams into it as the model writes it (a stored answer does not).
     """
     if item.skipped:
-        return "", 0
+        return "", 0, "skipped"
     state = await sessions.get(item.info)
     async with state.lock:
         if item.user_message is not None:  # stored at intake
@@ -55,12 +56,12 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
         elif item.user_seq is None:
             text = await hooks.before_agent(item.message, item.text)
             if text is None:
-                return "", 0
+                return "", 0, "held by a plugin"
             await agent.add_user_message(state, text, item.inbox_id)
         else:
             answer = await stored_answer(store, item)
             if answer is not None:
-                return answer, 0
+                return answer, 0, "ok (stored answer)"
             if not cut_after(state, item.user_seq):
                 stored = await store.load_messages(item.info.session_id, item.user_seq, item.user_seq)
                 state.messages.extend(CtxMessage(seq=m.seq, message=m.message) for m in stored)
@@ -71,7 +72,7 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
             state.background = []
     if result.kept:
         item.kept_reply = result.text
-    return result.text, result.tool_calls
+    return result.text, result.tool_calls, result.outcome
 
 
 async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:

@@ -143,6 +143,7 @@ async def test_overflow_recovery_stages_then_clear(parts):
         llm.enqueue(overflow())
     result = await turn(agent, state, "one more")
     assert result.cleared and result.text == CLEARED_REPLY
+    assert result.outcome == "cleared (too long)"
     # the first call plus the stages 5, 2 and 1 turns
     kept_turns = [len(r.user_texts()) for r in llm.history[-4:]]
     assert kept_turns == [9, 5, 2, 1]
@@ -165,6 +166,29 @@ async def test_overflow_recovery_succeeds_at_the_second_stage(parts):
     assert result.text == "echo: last"
     assert [len(r.user_texts()) for r in llm.history[-3:]] == [9, 5, 2]
     assert not result.cleared
+    assert result.outcome == "ok"
+
+
+async def test_an_overflow_error_that_names_the_window_teaches_it(parts):
+    from agent.window import OVERFLOW, TABLE, Window
+
+    llm = FakeLLM()
+    agent, state, _ = await make(parts, llm, model="smollm2")  # a model the table does not know
+    assert agent.windows.get("smollm2").tokens == 128_000
+    llm.enqueue(ContextOverflowError("This model's maximum context length is 2048 tokens. However, you requested "
+                                     "5000 tokens", status=400))
+    await turn(agent, state, "a long question")
+    assert agent.windows.get("smollm2") == Window(2048, OVERFLOW)
+    from agent.context import history_budget
+
+    assert agent.budget(state, "").max_tokens == history_budget(50_000, 2048, 0) == 1844
+    assert llm.history[-1].max_tokens <= 2048
+    # a window that is configured is never overridden
+    agent, state, _ = await make(parts, llm, model="smollm2", model_context_window=4096)
+    llm.enqueue(ContextOverflowError("This model's maximum context length is 2048 tokens", status=400))
+    await turn(agent, state, "again")
+    assert agent.windows.get("smollm2").tokens == 4096
+    assert agent.windows.get("gpt-4o").source == TABLE
 
 
 # --- answers of real models: reasoning, empty answers, length, broken tool arguments, the answer cap ---------
@@ -179,17 +203,21 @@ from core.llm import LLMResponse, ToolCall  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
 
 
-@pytest.mark.parametrize(("response", "shown"), [
-    (LLMResponse(content="", finish_reason="stop"), EMPTY_REPLY),
-    (LLMResponse(content=None, reasoning_content="hmm", finish_reason="stop"), REASONING_ONLY_REPLY),
-    (LLMResponse(content=None, finish_reason="content_filter"), FILTERED_REPLY),
-    (LLMResponse(content="half an answ", finish_reason="length"), f"half an answ\n\n{LENGTH_NOTE}"),
+@pytest.mark.parametrize(("response", "shown", "outcome"), [
+    (LLMResponse(content="", finish_reason="stop"), EMPTY_REPLY, "empty"),
+    (LLMResponse(content=None, reasoning_content="hmm", finish_reason="stop"), REASONING_ONLY_REPLY,
+     "empty (reasoning only)"),
+    (LLMResponse(content=None, finish_reason="content_filter"), FILTERED_REPLY, "filtered"),
+    (LLMResponse(content="half an answ", finish_reason="length"), f"half an answ\n\n{LENGTH_NOTE}",
+     "cut (length limit)"),
+    (LLMResponse(content="All there.", finish_reason="stop"), "All there.", "ok"),
 ])
-async def test_no_silence_and_length_note(parts, response, shown):
+async def test_no_silence_and_length_note(parts, response, shown, outcome):
     llm = FakeLLM().enqueue(response)
     agent, state, _ = await make(parts, llm)
     await agent.add_user_message(state, "hi")
-    assert (await agent.run_turn(state)).text == shown
+    result = await agent.run_turn(state)
+    assert (result.text, result.outcome) == (shown, outcome)  # the log line never says "ok" for a notice
 
 
 async def test_reply_for_keeps_the_reply_as_shown_with_the_final_answer(parts):
@@ -315,7 +343,7 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
     async with state.lock:
         await agent.add_user_message(state, "q")
         result = await agent.run_turn(state, pieces)
-    assert result.text == "The answer."
+    assert (result.text, result.outcome) == ("The answer.", "ok")
     assert "".join(pieces.events) == "Let me see.<discard>The answer."
 
     llm.break_after = 8
@@ -326,6 +354,7 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
         result = await agent.run_turn(state, pieces)
     assert "".join(pieces.events) == "Half of "
     assert result.text == f"Half of\n\n{STREAM_BROKEN_NOTE}"
+    assert result.outcome == "cut (the stream broke)"
     stored = await parts.load_messages(INFO.session_id)
     assert stored[-1].message == {"role": "assistant", "content": result.text}
 
