@@ -189,9 +189,10 @@ class Agent:
         """The turn and token budgets for the history of this request."""
         cfg = self.config()
         window = self.windows(cfg.model)
+        # The tools' schemas go with every request: on a small window they are a large share of it.
+        reserved = self._reserved(state, system_prompt) + self._tools_tokens(self.tools.schemas() or None)
         return Budget(max_turns=cfg.agent_max_context_turns,
-                      max_tokens=history_budget(cfg.agent_max_context_tokens, window,
-                                                self._reserved(state, system_prompt)))
+                      max_tokens=history_budget(cfg.agent_max_context_tokens, window, reserved))
 
     def _reserved(self, state: SessionState, system_prompt: str) -> int:
         """Tokens of the system prompt and the injected summary."""
@@ -211,13 +212,18 @@ class Agent:
     def _answer_cap(self, state: SessionState, system: str, history_tokens: int, tools) -> int:
         """``max_tokens`` for this request: ``agent_max_output_tokens``, never more than the window left."""
         cfg = self.config()
-        request = history_tokens + self._reserved(state, system)
-        if tools:
-            tool_tokens = self._tool_tokens.get(cfg.model)
-            if tool_tokens is None:
-                tool_tokens = self._tool_tokens[cfg.model] = self.counter(cfg.model).count_text(json.dumps(tools))
-            request += tool_tokens
+        request = history_tokens + self._reserved(state, system) + self._tools_tokens(tools)
         return output_cap(cfg.agent_max_output_tokens, self.windows(cfg.model), request)
+
+    def _tools_tokens(self, tools: list[dict[str, Any]] | None) -> int:
+        """Tokens of the tools' schemas in a request (counted once per model)."""
+        if not tools:
+            return 0
+        model = self.config().model
+        tokens = self._tool_tokens.get(model)
+        if tokens is None:
+            tokens = self._tool_tokens[model] = self.counter(model).count_text(json.dumps(tools))
+        return tokens
 
     async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
         """Make a prepared context the session's context; move the boundary past dropped turns."""
@@ -336,7 +342,7 @@ class Agent:
                 self._render(state, system, final, background), tools=tools, model=cfg.model, max_tokens=cap))
         except ContextOverflowError as exc:
             logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
-            self.windows.learn_from_error(cfg.model, str(exc))
+            learned = self.windows.learn_from_error(cfg.model, str(exc))
         # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
         if state.messages:
             first = next((m.seq for m in state.messages if m.seq), 0)
@@ -344,6 +350,17 @@ class Agent:
             if first and last:
                 await self.sink.submit(state.session_id, "overflow", first, last)
         counter = self.counter(cfg.model)
+        if learned:  # the error named the real window: fit the context to it first (2.1 cuts a long message)
+            fitted = prepare_context(state.messages, self.budget(state, system), counter)
+            await self._apply(state, fitted, None)
+            result.actions.append("overflow recovery: fitted to the window the server named")
+            cap = self._answer_cap(state, system, fitted.tokens, tools)
+            try:
+                return await self._in_time(result, self._complete(
+                    self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
+            except ContextOverflowError as exc:
+                logger.warning("session %s: still too long within the window the server named", state.session_id)
+                self.windows.learn_from_error(cfg.model, str(exc))
         for keep in OVERFLOW_STAGES:
             trimmed = overflow_trim(state.messages, keep, counter)
             await self._apply(state, trimmed, None)
