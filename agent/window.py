@@ -28,8 +28,9 @@ from agent.tokens import CONTEXT_WINDOWS, DEFAULT_CONTEXT_WINDOW, context_window
 
 logger = logging.getLogger(__name__)
 
-#: Seconds each discovery request may take (a server that does not answer is asked nothing more).
-DISCOVERY_TIMEOUT = 3.0
+#: Seconds the discovery may take in all: each request has its own 3 s timeout (agent/llm.py
+#: ``server_json``); this backstop also covers the first request's import of the SDK.
+DISCOVERY_TIMEOUT = 15.0
 
 CONFIGURED = "model_context_window in config.json"
 TABLE = "the table of known models"
