@@ -14,6 +14,7 @@ discarded as an answer. A stream that breaks after text was shown ends the turn 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -324,13 +325,25 @@ class Agent:
         return messages
 
     async def _call(self, state: SessionState, result: TurnResult, *, tools, final: bool) -> LLMResponse | None:
-        """Prepare the context and call the model, with overflow recovery. None means the context was cleared."""
+        """Prepare the context and call the model, with overflow recovery. None means the context was cleared.
+
+        While it runs, a free slot of a one-request server is kept for this reply: the summary its trim starts
+        waits until the reply is done (agent/slots.py).
+        """
+        slots = getattr(self.llm, "slots", None)
+        # Not urgent() here: the summary worker a trim starts would inherit it (tasks copy the context).
+        with slots.reply_coming() if slots is not None else contextlib.nullcontext():
+            return await self._prepare_and_call(state, result, tools=tools, final=final)
+
+    async def _prepare_and_call(self, state: SessionState, result: TurnResult, *, tools,
+                                final: bool) -> LLMResponse | None:
         cfg = self.config()
         system = self.system_prompt(state)
         budget = self.budget(state, system)
         prepared = prepare_context(state.messages, budget, self.counter(cfg.model))
         if prepared.dropped and cfg.memory_flush:
-            await self._flush(state, prepared, system)
+            with urgent():  # part of the reply's turn: it must not wait for the reply to come
+                await self._flush(state, prepared, system)
         await self._apply(state, prepared, "trim")
         result.actions.extend(prepared.actions)
         # The group's background gets what the turns leave of the budget: it yields first (DESIGN §1.3).
@@ -409,7 +422,7 @@ class Agent:
             raise TransientLLMError(f"no answer within the turn's {self.turn_deadline:.0f} s deadline") from exc
 
     async def _complete(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
-        """One model call, a reply's: it takes a free slot of the endpoint before summaries (agent/slots.py)."""
+        """One model call, a reply's: it takes a free slot before summaries (agent/slots.py)."""
         with urgent():
             return await self._model_call(messages, tools=tools, model=model, max_tokens=max_tokens)
 

@@ -4,8 +4,9 @@ Local servers serve one request at a time by default (llama.cpp's server with on
 Ollama with one parallel request, LM Studio), and some cut a running answer when another request arrives
 (llama-cpp-python's ``interrupt_requests`` is on by default). So with ``model_max_parallel`` 0 an endpoint on
 a loopback or private address gets one slot, and a summary waits for it instead of cutting a reply. A reply
-waiting for a slot goes before waiting background calls (summaries), so it waits at most for the one request
-in flight.
+waiting for a slot goes before waiting background calls (summaries), and while a turn is preparing its request
+(:meth:`ModelSlots.reply_coming`: the trim that starts a summary comes just before the reply's call) a free slot
+is kept for it, so the summary a trim starts never delays the reply that caused it.
 """
 
 from __future__ import annotations
@@ -62,20 +63,33 @@ class ModelSlots:
         self.busy = 0
         self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        #: turns between the start of their model phase and its end: background calls wait for them
+        self.preparing = 0
 
     @property
     def waiting(self) -> int:
         """Calls waiting for a slot now."""
         return sum(1 for *_, future in self._waiting if not future.done())
 
+    @contextlib.contextmanager
+    def reply_coming(self) -> Iterator[None]:
+        """A turn is preparing (and then making) its reply's calls: background calls take no free slot meanwhile."""
+        self.preparing += 1
+        try:
+            yield
+        finally:
+            self.preparing -= 1
+            self._hand_free()
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Hold one slot for the body; wait for it when all are taken."""
-        if self.busy < self.limit and not self.waiting:
+        """Hold one slot for the body; wait for it when all are taken (or kept for a coming reply)."""
+        if self.busy < self.limit and not self.waiting and (_URGENT.get() or not self.preparing):
             self.busy += 1
         else:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waiting, (0 if _URGENT.get() else 1, next(self._order), future))
+            self._hand_free()
             try:
                 await future
             except asyncio.CancelledError:
@@ -88,10 +102,19 @@ class ModelSlots:
             self._release()
 
     def _release(self) -> None:
-        """Hand the slot to the first waiter still waiting, or free it."""
-        while self._waiting:
-            *_, future = heapq.heappop(self._waiting)
-            if not future.done():
-                future.set_result(None)
-                return
+        """Hand the slot to the first waiter that may have it, or free it."""
         self.busy -= 1
+        self._hand_free()
+
+    def _hand_free(self) -> None:
+        """Give free slots to waiters: urgent ones first; background ones only when no reply is coming."""
+        while self.busy < self.limit and self._waiting:
+            rank, _, future = self._waiting[0]
+            if future.done():
+                heapq.heappop(self._waiting)
+                continue
+            if rank > 0 and self.preparing:
+                return
+            heapq.heappop(self._waiting)
+            future.set_result(None)
+            self.busy += 1

@@ -268,3 +268,25 @@ async def test_a_cancelled_waiter_gives_its_slot_on():
     async with slots.slot():
         assert slots.busy == 1
     assert slots.busy == 0
+
+
+async def test_a_summary_started_by_a_trim_waits_for_the_reply_being_prepared():
+    slots = ModelSlots(1)
+    order: list[str] = []
+
+    async def summary() -> None:  # started by the trim, before the reply's call: the slot is free
+        async with slots.slot():
+            order.append("summary")
+
+    with slots.reply_coming():
+        task = asyncio.create_task(summary())
+        await asyncio.sleep(0.01)
+        assert order == [] and slots.waiting == 1  # a free slot is kept for the coming reply
+        with urgent():
+            async with slots.slot():
+                order.append("reply")
+        await asyncio.sleep(0.01)
+        assert order == ["reply"]  # still preparing (a tool round may follow): the summary waits
+    await task
+    assert order == ["reply", "summary"]
+    assert (slots.busy, slots.waiting, slots.preparing) == (0, 0, 0)
