@@ -120,6 +120,8 @@ class AnswerSink(Protocol):
 
 #: The running turn's sink: set by :meth:`Agent.run_turn` for its own task, read by each model call.
 _ANSWER_SINK: ContextVar[AnswerSink | None] = ContextVar("answer_sink", default=None)
+#: The running model call's deadline (and its turn), moved on while text streams (:meth:`Agent._not_silent`).
+_DEADLINE: ContextVar[tuple[asyncio.Timeout, TurnResult] | None] = ContextVar("model_call_deadline", default=None)
 
 
 @dataclass(slots=True)
@@ -414,12 +416,29 @@ class Agent:
         try:
             if left <= 0:
                 raise TimeoutError
-            async with asyncio.timeout(left):
-                return await call
+            async with asyncio.timeout(left) as scope:
+                token = _DEADLINE.set((scope, result))
+                try:
+                    return await call
+                finally:
+                    _DEADLINE.reset(token)
         except TimeoutError as exc:
             if asyncio.iscoroutine(call):
                 call.close()
             raise TransientLLMError(f"no answer within the turn's {self.turn_deadline:.0f} s deadline") from exc
+
+    def _not_silent(self) -> None:
+        """Text is streaming into the chat: the user is not waiting in silence (DESIGN §2.4), so the turn's
+        deadline moves to at least ``turn_deadline`` after this piece (a slow local model may write for
+        minutes; one that stops writing still ends in a clear message)."""
+        held = _DEADLINE.get()
+        if held is None:
+            return
+        scope, result = held
+        later = asyncio.get_running_loop().time() + self.turn_deadline
+        if scope.when() is not None and later > scope.when():
+            scope.reschedule(later)
+            result.ends = later
 
     async def _complete(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call, a reply's: it takes a free slot before summaries (agent/slots.py)."""
@@ -436,6 +455,7 @@ class Agent:
 
         async def on_text(piece: str) -> None:
             shown.append(piece)
+            self._not_silent()
             await sink.text(piece)
 
         try:

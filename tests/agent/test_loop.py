@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent.loop import CLEARED_REPLY, FINAL_ANSWER_PROMPT, STREAM_BROKEN_NOTE, Agent
@@ -400,3 +402,36 @@ async def test_no_flush_without_memory_flush(parts, tmp_path):
     for text in ("one", "two", "three"):
         await turn(agent, state, text)
     assert len(llm.history) == 3
+
+
+class SlowStreamingLLM(StreamingFakeLLM):
+    """Streams each answer in 4-character pieces, ``gap`` seconds apart."""
+
+    gap: float = 0.0
+
+    async def stream(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None, on_text=None):
+        response = await self.complete(messages, tools=tools, model=model, temperature=temperature,
+                                       max_tokens=max_tokens)
+        text = response.content or ""
+        for i in range(0, len(text), 4):
+            await asyncio.sleep(self.gap)
+            await on_text(text[i:i + 4])
+        return response
+
+
+async def test_a_long_streamed_answer_is_not_silence_but_a_silent_model_ends_the_turn(parts):
+    llm = SlowStreamingLLM()
+    llm.gap = 0.1
+    llm.enqueue("A slow local model writes this answer piece by piece.")  # 14 pieces: about 1.4 s
+    agent, state, _ = await make(parts, llm)
+    agent.turn_deadline = 0.5
+    async with state.lock:
+        await agent.add_user_message(state, "q")
+        result = await agent.run_turn(state, Pieces())
+    assert (result.text, result.outcome) == ("A slow local model writes this answer piece by piece.", "ok")
+    llm.gap = 0.8  # silent longer than the deadline before the first piece
+    llm.enqueue("Never shown.")
+    async with state.lock:
+        await agent.add_user_message(state, "again")
+        with pytest.raises(TransientLLMError, match="deadline"):
+            await agent.run_turn(state, Pieces())
