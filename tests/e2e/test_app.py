@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAIServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TELEGRAM_BOT_TOKEN")
 
 

@@ -18,7 +18,7 @@ from tests.fakes.bot_process import BotProcess
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_logging_rotates_masks_secrets_and_keeps_tracebacks_off_the_console(tmp_path, capsys) -> None:
