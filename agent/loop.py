@@ -212,10 +212,14 @@ class Agent:
             reserved += counter.count_text(state.summary) + 40
         return reserved
 
+    def _request_tokens(self, state: SessionState, system: str, history_tokens: int, tools) -> int:
+        """Our count of a request: history, system prompt and summary, tools' schemas."""
+        return history_tokens + self._reserved(state, system) + self._tools_tokens(tools)
+
     def _answer_cap(self, state: SessionState, system: str, history_tokens: int, tools) -> int:
         """``max_tokens`` for this request: ``agent_max_output_tokens``, never more than the window left."""
         cfg = self.config()
-        request = history_tokens + self._reserved(state, system) + self._tools_tokens(tools)
+        request = self._request_tokens(state, system, history_tokens, tools)
         return output_cap(cfg.agent_max_output_tokens, self.windows(cfg.model), request)
 
     def _tools_tokens(self, tools: list[dict[str, Any]] | None) -> int:
@@ -357,7 +361,8 @@ class Agent:
                 self._render(state, system, final, background), tools=tools, model=cfg.model, max_tokens=cap))
         except ContextOverflowError as exc:
             logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
-            learned = self.windows.learn_from_error(cfg.model, str(exc))
+            sent = self._request_tokens(state, system, prepared.tokens + background_tokens, tools)
+            learned = self.windows.learn_from_error(cfg.model, str(exc), sent)
         # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
         if state.messages:
             first = next((m.seq for m in state.messages if m.seq), 0)
@@ -365,7 +370,7 @@ class Agent:
             if first and last:
                 await self.sink.submit(state.session_id, "overflow", first, last)
         counter = self.counter(cfg.model)
-        if learned:  # the error named the real window: fit the context to it first (2.1 cuts a long message)
+        if learned:  # the error named the real window (or count): fit the context to it first (2.1 cuts a long text)
             fitted = prepare_context(state.messages, self.budget(state, system), counter)
             await self._apply(state, fitted, None)
             result.actions.append("overflow recovery: fitted to the window the server named")
@@ -375,7 +380,8 @@ class Agent:
                     self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
             except ContextOverflowError as exc:
                 logger.warning("session %s: still too long within the window the server named", state.session_id)
-                self.windows.learn_from_error(cfg.model, str(exc))
+                self.windows.learn_from_error(cfg.model, str(exc), self._request_tokens(
+                    state, system, fitted.tokens, tools))
         for keep in OVERFLOW_STAGES:
             trimmed = overflow_trim(state.messages, keep, counter)
             await self._apply(state, trimmed, None)
@@ -386,7 +392,8 @@ class Agent:
                     self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
             except ContextOverflowError as exc:
                 logger.warning("session %s: still too long with %d turn(s)", state.session_id, keep)
-                self.windows.learn_from_error(cfg.model, str(exc))
+                self.windows.learn_from_error(cfg.model, str(exc), self._request_tokens(
+                    state, system, trimmed.tokens, tools))
         await self.clear(state)
         return None
 

@@ -49,6 +49,19 @@ _WINDOW_IN_ERROR = [re.compile(p) for p in (
     r"n_ctx \((\d+)\)",  # LM Studio (llama.cpp engine)
 )]
 
+#: "Too long" wordings that give the server's count of the prompt we sent (lower case).
+_PROMPT_IN_ERROR = [re.compile(p) for p in (
+    r"\((\d+) in the messages",  # llama-cpp-python, vLLM, DeepSeek: "(4488 in the messages, 512 in the ..."
+    r"request \((\d+) tokens\) exceeds",  # llama.cpp's server
+    r"the input \((\d+) tokens\)",  # SGLang
+    r"request has (\d+) input tokens",  # vLLM
+    r"you passed (\d+) input tokens",  # vLLM
+    r"decoder prompt \(length (\d+)\)",  # vLLM's engine
+    r"trying to keep the first (\d+) tokens",  # LM Studio
+)]
+#: The most our count may be scaled up by: a server whose tokenizer counts the same text as far more tokens.
+MAX_COUNT_RATIO = 3.0
+
 #: ``get_json(method, path, body)``: the decoded JSON answer of the model server for a path at its root.
 GetJson = Callable[[str, str, Any], Awaitable[Any]]
 
@@ -71,6 +84,16 @@ def table_window(model: str) -> int | None:
     return context_window(model) if any(name.startswith(prefix) for prefix in CONTEXT_WINDOWS) else None
 
 
+def prompt_in_error(message: str) -> int | None:
+    """The server's count of the prompt an overflow error gives ("(2044 in the messages, 256 in the ...")."""
+    text = message.lower()
+    for pattern in _PROMPT_IN_ERROR:
+        match = pattern.search(text)
+        if match and int(match.group(1)) > 0:
+            return int(match.group(1))
+    return None
+
+
 def window_in_error(message: str) -> int | None:
     """The window an overflow error names ("maximum context length is 2048 tokens"), if it names one."""
     text = message.lower()
@@ -82,14 +105,21 @@ def window_in_error(message: str) -> int | None:
 
 
 class ModelWindows:
-    """``windows(model)`` is the model's window in tokens; :meth:`get` says where it came from."""
+    """``windows(model)`` is the model's window in tokens, as our token counter counts (:meth:`ratio`);
+    :meth:`get` gives the server's window and where it came from."""
 
     def __init__(self, config: Callable[[], Any]) -> None:
         self.config = config
         self._found: dict[str, Window] = {}
+        self._ratios: dict[str, float] = {}
 
     def __call__(self, model: str) -> int:
-        return self.get(model).tokens
+        return int(self.get(model).tokens / self.ratio(model))
+
+    def ratio(self, model: str) -> float:
+        """How many tokens the server counts for each of ours (1.0 until an overflow error shows more): a local
+        model's tokenizer is not the o200k/cl100k one the bot counts with."""
+        return self._ratios.get(model, 1.0)
 
     def get(self, model: str) -> Window:
         """The window of ``model``: configured (for the main model), found, the table's, or the default."""
@@ -113,18 +143,27 @@ class ModelWindows:
         self._found[model] = window
         logger.debug("model %s: context window %s", model, window.describe())
 
-    def learn_from_error(self, model: str, message: str) -> bool:
+    def learn_from_error(self, model: str, message: str, sent: int | None = None) -> bool:
         """After an overflow: take the window the error names when it is smaller than the one assumed (and
-        not configured). True when the window changed."""
+        not configured), and, when it gives the server's count of the prompt we counted as ``sent`` tokens,
+        how much more the server counts. True when either changed."""
+        changed = False
         named = window_in_error(message)
         current = self.get(model)
-        if named is None or current.source == CONFIGURED or named >= current.tokens:
-            return False
-        self._found[model] = Window(named, OVERFLOW)
-        logger.warning("model %s: the server's overflow error says the context window is %d tokens, not %d; using "
-                       "it from now on (set model_context_window to %d in config.json to start with it)",
-                       model, named, current.tokens, named)
-        return True
+        if named is not None and current.source != CONFIGURED and named < current.tokens:
+            self._found[model] = Window(named, OVERFLOW)
+            logger.warning("model %s: the server's overflow error says the context window is %d tokens, not %d; "
+                           "using it from now on (set model_context_window to %d in config.json to start with it)",
+                           model, named, current.tokens, named)
+            changed = True
+        theirs = prompt_in_error(message)
+        if theirs is not None and sent and theirs > sent * self.ratio(model):
+            ratio = min(MAX_COUNT_RATIO, theirs / sent * 1.05)  # a little more, so the next request fits
+            logger.warning("model %s: the server counted %d tokens where the bot counted %d; budgets are counted "
+                           "%.2f times larger from now on", model, theirs, sent, ratio)
+            self._ratios[model] = ratio
+            changed = True
+        return changed
 
     async def discover(self, model: str, get_json: GetJson) -> Window | None:
         """Ask the server for the window of ``model`` when nothing else knows it; log what was found."""
@@ -223,4 +262,4 @@ async def _ollama_show(model: str, get_json: GetJson) -> Window | None:
     return None
 
 
-__all__ = ["ModelWindows", "Window", "ask_server", "table_window", "window_in_error"]
+__all__ = ["ModelWindows", "Window", "ask_server", "prompt_in_error", "table_window", "window_in_error"]

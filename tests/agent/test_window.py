@@ -131,3 +131,31 @@ def test_an_overflow_teaches_a_smaller_window_but_never_overrides_the_config():
     configured = windows(model_context_window=4096)
     assert not configured.learn_from_error("smollm2", "This model's maximum context length is 2048 tokens.")
     assert configured("smollm2") == 4096
+
+
+@pytest.mark.parametrize(("name", "prompt"), [
+    ("vllm_overflow", 4488), ("deepseek_overflow", 70321), ("llamacpp_overflow", 600), ("sglang_overflow", 5017),
+    ("vllm_overflow_new", 2301), ("vllm_passed_overflow", 2101), ("vllm_engine_overflow", 2301),
+    ("lmstudio_overflow", 10136), ("openai_overflow", None), ("anthropic_overflow", None),
+])
+def test_the_prompt_count_an_overflow_error_gives(name, prompt):
+    from agent.provider_errors import classify
+    from agent.window import prompt_in_error
+
+    status, _headers, body = PROVIDER_ERRORS[name]
+    assert prompt_in_error(str(classify(status, body))) == prompt
+
+
+def test_a_server_that_counts_more_tokens_scales_the_budgets():
+    # llama-cpp-python's own words, for a request the bot counted as 1,800 tokens
+    message = ("This model's maximum context length is 2048 tokens. However, you requested 2326 tokens (2070 in "
+               "the messages, 256 in the completion). Please reduce the length of the messages or completion.")
+    found = windows()
+    assert found.learn_from_error("smollm2", message, sent=1800)
+    assert found.get("smollm2") == Window(2048, OVERFLOW)  # what the server has, as shown
+    assert found.ratio("smollm2") == pytest.approx(2070 / 1800 * 1.05)
+    assert found("smollm2") == int(2048 / (2070 / 1800 * 1.05)) == 1696  # in the bot's own count
+    assert not found.learn_from_error("smollm2", message, sent=1800)  # nothing new
+    capped = windows()
+    capped.learn_from_error("smollm2", message, sent=100)
+    assert capped.ratio("smollm2") == 3.0
