@@ -6,7 +6,8 @@ Streaming is on and ``model_context_window`` is unset, as a newcomer leaves them
 window nowhere but in its overflow errors, so the bot assumes 128,000 tokens until the first overflow names the
 real window (and how many more tokens the server counts than the bot). ``agent_max_context_turns`` is 6, so the
 conversation trims (and summarises) several times, and one message is long enough to overflow. Answers are
-capped at 256 tokens only to bound the run time on two shared cores (this model rambles to its cap). Every turn
+capped at 96 tokens (summaries too) only to bound the run time on two shared cores: this model rambles to
+its cap, at 2 tokens/s when the machine is busy. Every turn
 must get the model's answer (no "empty answer", no "something went wrong"), each turn's log line must say what
 the user got, the server must refuse nothing after the one overflow, no answer may be cut by another request
 (one slot), and the planted facts must survive in the memory files.
@@ -84,18 +85,18 @@ def rejected(exchange) -> bool:
     return exchange.status != 200 or not exchange.answer.strip()
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(3600)
 def test_the_default_path_with_a_real_small_model(tmp_path: Path, model: RecordingProxy) -> None:
     with FakeTelegramAPI(username="real_model_bot") as api:
         bot = BotProcess(tmp_path, channel_type="telegram", telegram_bot_token=api.token,
                          telegram_base_url=api.base_url, telegram_rate_limit=False,
                          open_ai_api_base=model.base_url, model="smollm2", agent_max_context_turns=6,
-                         agent_max_output_tokens=256, memory_embedding_model="",
+                         agent_max_output_tokens=96, memory_embedding_model="",
                          data_dir="data").start(timeout=60)
         try:
             for n, line in enumerate(LINES, start=1):
                 api.push_text(CHAT, line, user_id=CHAT, first_name="Alice")
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + 900
                 while len(turn_outcomes(bot)) < n:
                     assert time.monotonic() < deadline, f"turn {n} got no answer:\n{bot.log()[-3000:]}"
                     time.sleep(0.2)
