@@ -36,8 +36,9 @@ pytestmark = pytest.mark.skipif(not server_available(), reason="llama-cpp-python
 #: llama-cpp-python's default window, which the bot is not told
 SERVER_WINDOW = 2048
 CHAT = 4242
-LONG = "Please read my notes: " + " ".join(
-    f"Note {i}: the harbour committee discussed the new ferry timetable and its costs." for i in range(45))
+#: Longer than the whole window by itself in the model's own tokenizer (which spells Chinese in bytes), and
+#: within Telegram's 4,096 characters.
+LONG = "请帮我记下这些会议笔记：" + "港口委员会讨论了新的渡轮时刻表、票价和维修费用，大家同意下个月再开会。" * 40
 LINES = [
     "Hi! My name is Alice Moreau and I live in Lisbon.",
     "My cat is called Tom and he is 7 years old.",
@@ -50,8 +51,6 @@ LINES = [
     LONG,
     "hello?",
     "What is my cat called?",
-    "Name a fruit that is yellow.",
-    "What do I do for a living?",
     "Thanks, that's all for today.",
 ]
 NOTICES = (EMPTY_REPLY, REASONING_ONLY_REPLY, ERROR_REPLY, TRANSIENT_REPLY, CLEARED_REPLY, STREAM_BROKEN_NOTE)
