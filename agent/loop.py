@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -63,6 +64,10 @@ LENGTH_EMPTY_REPLY = ("The answer reached the length limit before any of it coul
 STREAM_BROKEN_NOTE = "(The answer was cut off: the connection to the model broke. Please ask again for the rest.)"
 #: Overflow recovery keeps this many turns at each stage, then clears the context.
 OVERFLOW_STAGES = (5, 2, 1)
+#: Fitting a refused request to the window its error named cuts the user's text down to this many characters
+#: (the usual floor is 1,000: on a 2,048-token window a long Chinese message cut to it still leaves no room
+#: for an answer).
+OVERFLOW_MIN_USER_CHARS = 200
 #: A turn's model calls, tool rounds and retries included, end within this many seconds (DESIGN §2.4): a
 #: hung model ends in a short clear message, not minutes of silence. The model client's own retry deadline
 #: (agent/llm.py) is shorter, so a long Retry-After ends the call with its own error first.
@@ -371,7 +376,8 @@ class Agent:
                 await self.sink.submit(state.session_id, "overflow", first, last)
         counter = self.counter(cfg.model)
         if learned:  # the error named the real window (or count): fit the context to it first (2.1 cuts a long text)
-            fitted = prepare_context(state.messages, self.budget(state, system), counter)
+            budget = dataclasses.replace(self.budget(state, system), min_user_chars=OVERFLOW_MIN_USER_CHARS)
+            fitted = prepare_context(state.messages, budget, counter)
             await self._apply(state, fitted, None)
             result.actions.append("overflow recovery: fitted to the window the server named")
             cap = self._answer_cap(state, system, fitted.tokens, tools)

@@ -435,3 +435,16 @@ async def test_a_long_streamed_answer_is_not_silence_but_a_silent_model_ends_the
         await agent.add_user_message(state, "again")
         with pytest.raises(TransientLLMError, match="deadline"):
             await agent.run_turn(state, Pieces())
+
+
+async def test_a_refused_long_message_is_cut_to_fit_the_window_the_error_named(parts):
+    llm = FakeLLM()
+    agent, state, _ = await make(parts, llm, model="smollm2")
+    llm.enqueue(ContextOverflowError("This model's maximum context length is 800 tokens. However, you requested "
+                                     "3300 tokens (3204 in the messages, 96 in the completion).", status=400))
+    llm.enqueue("the model's answer")
+    result = await turn(agent, state, "港口委员会讨论了新的渡轮时刻表。" * 200)  # 3,200 characters, ~3,000 tokens
+    assert (result.text, result.outcome) == ("the model's answer", "ok")
+    (sent,) = llm.history[-1].user_texts()
+    assert "[Message truncated: kept" in sent and len(sent) < 800  # below the usual floor of 1,000 characters
+    assert "overflow recovery: fitted to the window the server named" in result.actions
