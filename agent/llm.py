@@ -216,7 +216,8 @@ class OpenAILLM:
         async def attempt() -> LLMResponse:
             nonlocal cuts
             if cuts >= STREAM_FAILURES_BEFORE_PLAIN:  # the server's real error comes back over HTTP
-                logger.warning("model %s: the stream failed %d times; asking once without streaming", model, cuts)
+                logger.warning("model %s: streaming failed (cut twice, or empty); asking once without streaming",
+                               model)
                 plain = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
                 response = await self._once(plain, model)
                 if response.content:
