@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
 from agent.session import LiveSessions, SessionManager
-from agent.tokens import TokenCounters, check_context_window, context_window
+from agent.tokens import TokenCounters, check_context_window
 from agent.tools.base import ToolRegistry
+from agent.window import ModelWindows
 from bootstrap.first_run import create_config
 from bootstrap.lifecycle import Lifecycle
 from bootstrap.preflight import (
@@ -73,17 +74,21 @@ def build_llm(cfg: Config):
     if not cfg.model_configured:
         return UnconfiguredLLM()
     return OpenAILLM(api_key=cfg.open_ai_api_key, base_url=cfg.open_ai_api_base, model=cfg.model,
-                     azure_api_version=cfg.azure_api_version, max_output_tokens=cfg.agent_max_output_tokens)
+                     azure_api_version=cfg.azure_api_version, max_output_tokens=cfg.agent_max_output_tokens,
+                     max_parallel=cfg.model_max_parallel)
 
 
-def model_window(config: Any) -> Any:
-    """``window(model)``: a model's context window; ``model_context_window`` applies to ``model`` itself."""
-
-    def window(model: str) -> int:
-        cfg = config()
-        return context_window(model, cfg.model_context_window if model == cfg.model else 0)
-
-    return window
+async def discover_window(services: Services, model: str) -> None:
+    """Ask the model server for the window of ``model`` when nothing else knows it (agent/window.py), then log
+    the window in force and where it came from."""
+    windows = services.agent.windows
+    llm = services.llm
+    if isinstance(llm, OpenAILLM) and not llm.azure_api_version:
+        try:
+            await windows.discover(model, llm.server_json)
+        except Exception:  # noqa: BLE001 - discovery is a courtesy; the table's window stays
+            logger.warning("asking the model server for its context window failed", exc_info=True)
+    logger.info("model %s: context window %s", model, windows.get(model).describe())
 
 
 def build_channels(cfg: Config, services: Any = None, failures: dict[str, str] | None = None) -> list[BaseChannel]:
@@ -170,11 +175,12 @@ class App:
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
         live = LiveSessions()  # the loaded contexts: the session manager fills it, the summariser injects into it
         counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
+        windows = ModelWindows(holder)  # the models' windows (configured, asked of the server, the table)
         summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=live, daily=daily, locks=locks,
-                                on_written=written.notify, counter=counters, window=model_window(holder))
+                                on_written=written.notify, counter=counters, window=windows)
         sessions = SessionManager(store, holder, summarizer, live=live)
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
-                      notes=daily.long_term_notes, counter=counters)
+                      notes=daily.long_term_notes, counter=counters, windows=windows)
         admins = Admins(store, holder, shared=locks.shared)
         await admins.load()
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
@@ -202,6 +208,9 @@ class App:
         if self.redact is not None:
             redact = self.redact
             services.config.on_change(lambda old, new: redact.update(new))
+        if cfg.model_configured:
+            await discover_window(services, cfg.model)
+            services.config.on_change(self._rediscover_window)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -223,6 +232,14 @@ class App:
         if self._no_channel_left():
             return self._no_channel_error()
         return 0
+
+    def _rediscover_window(self, old: Config, new: Config) -> None:
+        """After a config change of the model or its window: ask the server again (in the background)."""
+        if self.services is None or (old.model, old.model_context_window) == (new.model, new.model_context_window):
+            return
+        task = asyncio.create_task(discover_window(self.services, new.model), name="window discovery")
+        self._warm_ups.add(task)
+        task.add_done_callback(self._warm_ups.discard)
 
     async def _start_channels(self, shared: bool) -> None:
         """Start every channel; one that fails is marked failed and the others still start."""

@@ -48,6 +48,8 @@ class Budget:
 
     max_turns: int  # agent_max_context_turns
     max_tokens: int  # tokens for the history: see history_budget()
+    #: cutting the current user text stops here; overflow recovery goes lower, since the server refused it
+    min_user_chars: int = MIN_USER_CHARS
 
 
 @dataclass(slots=True)
@@ -174,7 +176,7 @@ def prepare_context(msgs: list[CtxMessage], budget: Budget, counter: TokenCounte
         actions.append(f"dropped {n} turns (turn budget)")
 
     # 3. Token budget.
-    turns, total = _fit_token_budget(turns, budget.max_tokens, counter, dropped, actions)
+    turns, total = _fit_token_budget(turns, budget.max_tokens, counter, dropped, actions, budget.min_user_chars)
 
     kept = [m for t in turns for m in t.messages]
     if actions:
@@ -183,7 +185,8 @@ def prepare_context(msgs: list[CtxMessage], budget: Budget, counter: TokenCounte
 
 
 def _fit_token_budget(
-    turns: list[Turn], max_tokens: int, counter: TokenCounter, dropped: list[Turn], actions: list[str]
+    turns: list[Turn], max_tokens: int, counter: TokenCounter, dropped: list[Turn], actions: list[str],
+    min_user_chars: int = MIN_USER_CHARS,
 ) -> tuple[list[Turn], int]:
     """DESIGN §2.1 step 3: compress or drop turns until they fit; every step strictly shrinks the context.
 
@@ -204,7 +207,7 @@ def _fit_token_budget(
 
     while total > max_tokens:
         if len(turns) == 1:
-            turns[0], note = _fit_current_turn(turns[0], max_tokens, counter)
+            turns[0], note = _fit_current_turn(turns[0], max_tokens, counter, min_user_chars)
             note_drops()
             if note:
                 actions.append(note)
@@ -236,7 +239,8 @@ def _fit_token_budget(
     return turns, total
 
 
-def _fit_current_turn(turn: Turn, max_tokens: int, counter: TokenCounter) -> tuple[Turn, str]:
+def _fit_current_turn(turn: Turn, max_tokens: int, counter: TokenCounter,
+                      min_user_chars: int = MIN_USER_CHARS) -> tuple[Turn, str]:
     """The current turn with its user text cut (head and tail) so the turn fits, if cutting can help."""
     index = next((i for i, m in enumerate(turn.messages) if m.message.get("role") == "user"), None)
     if index is None:
@@ -251,12 +255,12 @@ def _fit_current_turn(turn: Turn, max_tokens: int, counter: TokenCounter) -> tup
     limit = int(len(text) * available / text_tokens * 0.95)
     best = None
     while True:
-        limit = max(limit, MIN_USER_CHARS)
+        limit = max(limit, min_user_chars)
         if limit >= len(text):
             break
         candidate = _with_content(user, cut_text(text, limit, what="Message"))
         best = candidate
-        if others + _count(candidate, counter) <= max_tokens or limit == MIN_USER_CHARS:
+        if others + _count(candidate, counter) <= max_tokens or limit == min_user_chars:
             break
         limit = int(limit * 0.8)
     if best is None:

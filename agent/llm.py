@@ -12,20 +12,31 @@ and 5xx with one policy (:data:`core.retry.MODEL_CALL`: three tries, honouring `
 total deadline), and never retries quota, auth, overflow or a bad request. A caller that owns the
 retries of its requests (the summariser) asks for one try with ``retry=ONE_TRY``. Provider errors are
 classified by :mod:`agent.provider_errors`; answers are read by :mod:`agent.completion`.
+
+A stream is checked like an answer (DESIGN §2.4): one that ends without a finish reason (cut by the server, or
+an empty 200 stream) raises :class:`StreamCutError`, a transient error, so it is asked again; after two such
+streams (or at once after an empty one: llama-cpp-python answers a streamed request over its window so) it is
+asked once without streaming, where the server's real error, an overflow say, comes back over HTTP. Requests
+to the endpoint hold one of its slots (:mod:`agent.slots`, ``model_max_parallel``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 from typing import TYPE_CHECKING, Any
 
 from agent.completion import StreamAssembler, parse_completion, valid_value
 from agent.provider_errors import classify
+from agent.slots import ModelSlots, automatic_parallel
 from core.errors import (
     EndpointRefusedError,
+    EndpointUnresolvedError,
     LLMError,
     NotConfiguredError,
     OtherLLMError,
+    StreamCutError,
     ToolsUnsupportedError,
     TransientLLMError,
 )
@@ -40,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: The answer cap when neither the caller nor ``agent_max_output_tokens`` gives one.
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
+#: After this many cut streams a call is asked once without streaming (DESIGN §2.4).
+STREAM_FAILURES_BEFORE_PLAIN = 2
 #: Models that refuse ``max_tokens`` and want ``max_completion_tokens`` (OpenAI reasoning models).
 _COMPLETION_TOKENS_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
@@ -74,6 +87,7 @@ class OpenAILLM:
         max_output_tokens: int = 0,
         deadline: float | None = MODEL_CALL.deadline,
         http_client: Any = None,
+        max_parallel: int = 0,
     ) -> None:
         self.model = model
         self.api_key = api_key
@@ -90,6 +104,9 @@ class OpenAILLM:
         #: models whose server refused ``stream_options``
         self._no_stream_options: set[str] = set()
         self._options: dict[str, Any] = {}
+        #: requests in flight at once (``model_max_parallel``; 0: one for a local endpoint, else unlimited)
+        self.max_parallel = automatic_parallel(self.base_url, max_parallel)
+        self.slots = ModelSlots(self.max_parallel) if self.max_parallel else None
 
     def _open(self) -> openai.AsyncOpenAI:
         """The SDK client, made on first use (importing the SDK is not free, and start-up skips it)."""
@@ -172,9 +189,28 @@ class OpenAILLM:
             if on_text is not None:
                 await on_text(piece)
 
+        cuts = 0
+
+        async def attempt() -> LLMResponse:
+            nonlocal cuts
+            if cuts >= STREAM_FAILURES_BEFORE_PLAIN:  # the server's real error comes back over HTTP
+                logger.warning("model %s: streaming failed (cut twice, or empty); asking once without streaming",
+                               model)
+                plain = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+                response = await self._once(plain, model)
+                if response.content:
+                    await show(response.content)
+                return response
+            try:
+                return await self._stream_once(body, model, show)
+            except StreamCutError as exc:
+                # An empty stream may be an overflow the server does not say in a stream: ask plainly next.
+                cuts = STREAM_FAILURES_BEFORE_PLAIN if exc.code == "empty_stream" else cuts + 1
+                raise
+
         while True:
             try:
-                return await self.retry.call(self._stream_once, body, model, show, before_sleep=_log_retry,
+                return await self.retry.call(attempt, before_sleep=_log_retry,
                                              retry_on=lambda exc: _transient(exc) and not shown)
             except ToolsUnsupportedError:
                 if "tools" not in body:
@@ -194,9 +230,13 @@ class OpenAILLM:
                            model)
             self.no_tools.add(model)
 
+    def _slot(self) -> Any:
+        """One of the endpoint's request slots (none to wait for when unlimited)."""
+        return self.slots.slot() if self.slots is not None else contextlib.nullcontext()
+
     async def _once(self, body: dict[str, Any], model: str) -> LLMResponse:
         client = self._open()
-        async with _sdk_errors(model):
+        async with self._slot(), _sdk_errors(model):
             data = await client.post("/chat/completions", cast_to=object, body=body, options=self._options)
         return parse_completion(data, model=model)
 
@@ -205,20 +245,42 @@ class OpenAILLM:
 
         client = self._open()
         assembler = StreamAssembler(model)
-        async with _sdk_errors(model):
+        chunks = 0
+        async with self._slot(), _sdk_errors(model):
             events = await client.post("/chat/completions", cast_to=object, body=body, options=self._options,
                                        stream=True, stream_cls=openai.AsyncStream[object])
             try:
+                if "json" in events.response.headers.get("content-type", ""):  # a 200 whose body is an error
+                    whole = parse_completion(await events.response.aread(), model=model)
+                    if whole.content:
+                        await on_text(whole.content)
+                    return whole
                 async for chunk in events:
+                    chunks += 1
                     shown = assembler.add(chunk)
                     if shown:
                         await on_text(shown)
             finally:
                 await events.close()
+        if assembler.finish_reason is None:
+            if not chunks:
+                raise StreamCutError("the model's stream was empty (no data, no [DONE])", code="empty_stream")
+            raise StreamCutError(f"the model's stream ended without a finish reason after {chunks} chunk(s)")
         tail = assembler.think.flush()
         if tail:
             await on_text(tail)
         return assembler.result()
+
+    async def server_json(self, method: str, path: str, body: Any = None) -> Any:
+        """The JSON answer of the model server for ``path`` at its root (``/props``, ``/api/show``): for window
+        discovery (agent/window.py). Errors are raised as :class:`LLMError`."""
+        root = self.base_url.removesuffix("/v1")
+        client = self._open()
+        options = {**self._options, "timeout": 3.0}
+        async with _sdk_errors(self.model):
+            if method == "POST":
+                return await client.post(root + path, cast_to=object, body=body, options=options)
+            return await client.get(root + path, cast_to=object, options=options)
 
     async def close(self) -> None:
         """Close the connections."""
@@ -243,8 +305,10 @@ class _sdk_errors:  # noqa: N801 - used as a context manager, reads like a funct
 
         if isinstance(exc, openai.APIStatusError):
             raise classify(exc.status_code, exc.body, exc.response.headers, model=self.model) from exc
-        if _refused(exc):  # the SDK's aiohttp transport reports a refused connection as a timeout
+        if _caused_by(exc, ConnectionRefusedError):  # the aiohttp transport reports it as a timeout
             raise EndpointRefusedError("the model endpoint refused the connection") from exc
+        if _caused_by(exc, socket.gaierror):
+            raise EndpointUnresolvedError("the model endpoint's host name does not resolve") from exc
         if isinstance(exc, openai.APITimeoutError):
             raise TransientLLMError("model request timed out") from exc
         if isinstance(exc, openai.APIConnectionError):
@@ -255,11 +319,11 @@ class _sdk_errors:  # noqa: N801 - used as a context manager, reads like a funct
         return False
 
 
-def _refused(exc: BaseException | None) -> bool:
-    """True when a ``ConnectionRefusedError`` is among the causes of ``exc``."""
+def _caused_by(exc: BaseException | None, kind: type[BaseException]) -> bool:
+    """True when an exception of ``kind`` is among the causes of ``exc``."""
     seen = 0
     while exc is not None and seen < 10:
-        if isinstance(exc, ConnectionRefusedError):
+        if isinstance(exc, kind):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False

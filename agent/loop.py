@@ -14,6 +14,8 @@ discarded as an answer. A stream that breaks after text was shown ends the turn 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -34,8 +36,10 @@ from agent.context import (
 )
 from agent.flush import flush_before_trim
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
-from agent.tokens import TokenCounter, TokenCounters, context_window, output_cap
+from agent.slots import urgent
+from agent.tokens import TokenCounter, TokenCounters, output_cap
 from agent.tools.base import ToolContext, ToolRegistry, cap_result
+from agent.window import ModelWindows
 from core.errors import ContextOverflowError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse, StreamingLLM
 from core.turns import Turn
@@ -60,6 +64,10 @@ LENGTH_EMPTY_REPLY = ("The answer reached the length limit before any of it coul
 STREAM_BROKEN_NOTE = "(The answer was cut off: the connection to the model broke. Please ask again for the rest.)"
 #: Overflow recovery keeps this many turns at each stage, then clears the context.
 OVERFLOW_STAGES = (5, 2, 1)
+#: Fitting a refused request to the window its error named cuts the user's text down to this many characters
+#: (the usual floor is 1,000: on a 2,048-token window a long Chinese message cut to it still leaves no room
+#: for an answer).
+OVERFLOW_MIN_USER_CHARS = 200
 #: A turn's model calls, tool rounds and retries included, end within this many seconds (DESIGN §2.4): a
 #: hung model ends in a short clear message, not minutes of silence. The model client's own retry deadline
 #: (agent/llm.py) is shorter, so a long Retry-After ends the call with its own error first.
@@ -70,6 +78,24 @@ CLEARED_REPLY = (
     "Nothing is lost: earlier messages are saved in this chat's memory. Please send your last message "
     "again, shorter if you can."
 )
+
+
+#: ``finish_reason`` of the answer made from a stream that broke after part of it was shown.
+STREAM_BROKEN = "stream_broken"
+
+
+def reply_outcome(response: LLMResponse) -> str:
+    """What the user got, for the turn's log line: ``ok``, or the notice (``empty``, ``cut``, ``filtered``)."""
+    text = (response.content or "").strip()
+    if response.finish_reason == "length":
+        return "cut (length limit)" if text else "empty (length limit)"
+    if response.finish_reason == STREAM_BROKEN:
+        return "cut (the stream broke)"
+    if text:
+        return "ok"
+    if response.finish_reason == "content_filter":
+        return "filtered"
+    return "empty (reasoning only)" if response.reasoning_content else "empty"
 
 
 def reply_text(response: LLMResponse) -> str:
@@ -99,6 +125,8 @@ class AnswerSink(Protocol):
 
 #: The running turn's sink: set by :meth:`Agent.run_turn` for its own task, read by each model call.
 _ANSWER_SINK: ContextVar[AnswerSink | None] = ContextVar("answer_sink", default=None)
+#: The running model call's deadline (and its turn), moved on while text streams (:meth:`Agent._not_silent`).
+_DEADLINE: ContextVar[tuple[asyncio.Timeout, TurnResult] | None] = ContextVar("model_call_deadline", default=None)
 
 
 #: ``final(message, text) -> seq``: stores a turn's final answer ``message``, whose reply to the user is
@@ -117,6 +145,8 @@ class TurnResult:
     actions: list[str] = field(default_factory=list)
     #: when the turn's model calls must have ended (event loop time)
     ends: float = float("inf")
+    #: what the user got, for the log line (:func:`reply_outcome`; ``cleared`` after an overflow cleared it)
+    outcome: str = "ok"
 
 
 class Agent:
@@ -132,6 +162,7 @@ class Agent:
         sink: DropSink,
         notes: Callable[[str], str | None] | None = None,
         counter: Callable[[str], TokenCounter] | None = None,
+        windows: ModelWindows | None = None,
     ) -> None:
         self.llm = llm
         self.tools = tools
@@ -139,6 +170,8 @@ class Agent:
         self.config = config
         self.sink = sink
         self.notes = notes
+        #: the models' context windows and where they came from (configured, the server, the table)
+        self.windows = windows or ModelWindows(config)
         #: seconds a turn's model calls may take in all (tests shorten it)
         self.turn_deadline = TURN_DEADLINE
         #: ``counter(model)``: the token counter for a model (shared with the summariser in the app)
@@ -161,10 +194,11 @@ class Agent:
     def budget(self, state: SessionState, system_prompt: str) -> Budget:
         """The turn and token budgets for the history of this request."""
         cfg = self.config()
-        window = context_window(cfg.model, cfg.model_context_window)
+        window = self.windows(cfg.model)
+        # The tools' schemas go with every request: on a small window they are a large share of it.
+        reserved = self._reserved(state, system_prompt) + self._tools_tokens(self.tools.schemas() or None)
         return Budget(max_turns=cfg.agent_max_context_turns,
-                      max_tokens=history_budget(cfg.agent_max_context_tokens, window,
-                                                self._reserved(state, system_prompt)))
+                      max_tokens=history_budget(cfg.agent_max_context_tokens, window, reserved))
 
     def _reserved(self, state: SessionState, system_prompt: str) -> int:
         """Tokens of the system prompt and the injected summary."""
@@ -181,16 +215,25 @@ class Agent:
             reserved += counter.count_text(state.summary) + 40
         return reserved
 
+    def _request_tokens(self, state: SessionState, system: str, history_tokens: int, tools) -> int:
+        """Our count of a request: history, system prompt and summary, tools' schemas."""
+        return history_tokens + self._reserved(state, system) + self._tools_tokens(tools)
+
     def _answer_cap(self, state: SessionState, system: str, history_tokens: int, tools) -> int:
         """``max_tokens`` for this request: ``agent_max_output_tokens``, never more than the window left."""
         cfg = self.config()
-        request = history_tokens + self._reserved(state, system)
-        if tools:
-            tool_tokens = self._tool_tokens.get(cfg.model)
-            if tool_tokens is None:
-                tool_tokens = self._tool_tokens[cfg.model] = self.counter(cfg.model).count_text(json.dumps(tools))
-            request += tool_tokens
-        return output_cap(cfg.agent_max_output_tokens, context_window(cfg.model, cfg.model_context_window), request)
+        request = self._request_tokens(state, system, history_tokens, tools)
+        return output_cap(cfg.agent_max_output_tokens, self.windows(cfg.model), request)
+
+    def _tools_tokens(self, tools: list[dict[str, Any]] | None) -> int:
+        """Tokens of the tools' schemas in a request (counted once per model)."""
+        if not tools:
+            return 0
+        model = self.config().model
+        tokens = self._tool_tokens.get(model)
+        if tokens is None:
+            tokens = self._tool_tokens[model] = self.counter(model).count_text(json.dumps(tools))
+        return tokens
 
     async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
         """Make a prepared context the session's context; move the boundary past dropped turns."""
@@ -242,7 +285,7 @@ class Agent:
             final = result.steps >= cfg.agent_max_steps
             response = await self._call(state, result, tools=None if final else tools, final=final)
             if response is None:  # the context had to be cleared
-                result.text, result.cleared = CLEARED_REPLY, True
+                result.text, result.cleared, result.outcome = CLEARED_REPLY, True, "cleared (too long)"
                 return result
             result.steps += 1
             message = response.to_message()
@@ -250,7 +293,7 @@ class Agent:
                 message.pop("tool_calls", None)
                 message.pop("reasoning_content", None)
             if final or not response.tool_calls:
-                result.text = reply_text(response)
+                result.text, result.outcome = reply_text(response), reply_outcome(response)
                 if final_answer is None:
                     await self._persist(state, message)
                 else:
@@ -288,13 +331,25 @@ class Agent:
         return messages
 
     async def _call(self, state: SessionState, result: TurnResult, *, tools, final: bool) -> LLMResponse | None:
-        """Prepare the context and call the model, with overflow recovery. None means the context was cleared."""
+        """Prepare the context and call the model, with overflow recovery. None means the context was cleared.
+
+        While it runs, a free slot of a one-request server is kept for this reply: the summary its trim starts
+        waits until the reply is done (agent/slots.py).
+        """
+        slots = getattr(self.llm, "slots", None)
+        # Not urgent() here: the summary worker a trim starts would inherit it (tasks copy the context).
+        with slots.reply_coming() if slots is not None else contextlib.nullcontext():
+            return await self._prepare_and_call(state, result, tools=tools, final=final)
+
+    async def _prepare_and_call(self, state: SessionState, result: TurnResult, *, tools,
+                                final: bool) -> LLMResponse | None:
         cfg = self.config()
         system = self.system_prompt(state)
         budget = self.budget(state, system)
         prepared = prepare_context(state.messages, budget, self.counter(cfg.model))
         if prepared.dropped and cfg.memory_flush:
-            await self._flush(state, prepared, system)
+            with urgent():  # part of the reply's turn: it must not wait for the reply to come
+                await self._flush(state, prepared, system)
         await self._apply(state, prepared, "trim")
         result.actions.extend(prepared.actions)
         # The group's background gets what the turns leave of the budget: it yields first (DESIGN §1.3).
@@ -306,6 +361,8 @@ class Agent:
                 self._render(state, system, final, background), tools=tools, model=cfg.model, max_tokens=cap))
         except ContextOverflowError as exc:
             logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
+            sent = self._request_tokens(state, system, prepared.tokens + background_tokens, tools)
+            learned = self.windows.learn_from_error(cfg.model, str(exc), sent)
         # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
         if state.messages:
             first = next((m.seq for m in state.messages if m.seq), 0)
@@ -313,6 +370,19 @@ class Agent:
             if first and last:
                 await self.sink.submit(state.session_id, "overflow", first, last)
         counter = self.counter(cfg.model)
+        if learned:  # the error named the real window (or count): fit the context to it first (2.1 cuts a long text)
+            budget = dataclasses.replace(self.budget(state, system), min_user_chars=OVERFLOW_MIN_USER_CHARS)
+            fitted = prepare_context(state.messages, budget, counter)
+            await self._apply(state, fitted, None)
+            result.actions.append("overflow recovery: fitted to the window the server named")
+            cap = self._answer_cap(state, system, fitted.tokens, tools)
+            try:
+                return await self._in_time(result, self._complete(
+                    self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
+            except ContextOverflowError as exc:
+                logger.warning("session %s: still too long within the window the server named", state.session_id)
+                self.windows.learn_from_error(cfg.model, str(exc), self._request_tokens(
+                    state, system, fitted.tokens, tools))
         for keep in OVERFLOW_STAGES:
             trimmed = overflow_trim(state.messages, keep, counter)
             await self._apply(state, trimmed, None)
@@ -321,8 +391,10 @@ class Agent:
             try:
                 return await self._in_time(result, self._complete(
                     self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 logger.warning("session %s: still too long with %d turn(s)", state.session_id, keep)
+                self.windows.learn_from_error(cfg.model, str(exc), self._request_tokens(
+                    state, system, trimmed.tokens, tools))
         await self.clear(state)
         return None
 
@@ -352,14 +424,36 @@ class Agent:
         try:
             if left <= 0:
                 raise TimeoutError
-            async with asyncio.timeout(left):
-                return await call
+            async with asyncio.timeout(left) as scope:
+                token = _DEADLINE.set((scope, result))
+                try:
+                    return await call
+                finally:
+                    _DEADLINE.reset(token)
         except TimeoutError as exc:
             if asyncio.iscoroutine(call):
                 call.close()
             raise TransientLLMError(f"no answer within the turn's {self.turn_deadline:.0f} s deadline") from exc
 
+    def _not_silent(self) -> None:
+        """Text is streaming into the chat: the user is not waiting in silence (DESIGN §2.4), so the turn's
+        deadline moves to at least ``turn_deadline`` after this piece (a slow local model may write for
+        minutes; one that stops writing still ends in a clear message)."""
+        held = _DEADLINE.get()
+        if held is None:
+            return
+        scope, result = held
+        later = asyncio.get_running_loop().time() + self.turn_deadline
+        if scope.when() is not None and later > scope.when():
+            scope.reschedule(later)
+            result.ends = later
+
     async def _complete(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
+        """One model call, a reply's: it takes a free slot before summaries (agent/slots.py)."""
+        with urgent():
+            return await self._model_call(messages, tools=tools, model=model, max_tokens=max_tokens)
+
+    async def _model_call(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call: streamed into the turn's sink when there is one and the client can stream."""
         sink = _ANSWER_SINK.get()
         if sink is None or not isinstance(self.llm, StreamingLLM):
@@ -368,6 +462,7 @@ class Agent:
 
         async def on_text(piece: str) -> None:
             shown.append(piece)
+            self._not_silent()
             await sink.text(piece)
 
         try:
@@ -379,7 +474,7 @@ class Agent:
             # that would stand next to half an answer. What is stored is what the user ends up seeing.
             logger.warning("model stream broke after %d piece(s): %s: %s", len(shown), type(exc).__name__, exc)
             text = "".join(shown).rstrip()
-            return LLMResponse(content=f"{text}\n\n{STREAM_BROKEN_NOTE}", finish_reason="stop")
+            return LLMResponse(content=f"{text}\n\n{STREAM_BROKEN_NOTE}", finish_reason=STREAM_BROKEN)
         if response.tool_calls and shown:
             await sink.discard()
         return response

@@ -10,7 +10,8 @@ against are in ``tests/fakes/provider_errors.py`` (``PROVIDER_ERRORS``), exactly
 
 Order matters: "cannot take tools" first (a retry without tools fixes it), then per-minute token limits
 (a rate limit, never an overflow, although they say "Request too large"), quota and billing (never
-retried), overflow, authentication, unknown model, and transient failures.
+retried), overflow (and any 413 that is not a per-minute limit: a proxy's size limit), authentication, unknown
+model, a 404 for the path itself, and transient failures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from core.errors import (
     AuthLLMError,
     ContextOverflowError,
+    EndpointNotFoundError,
     LLMError,
     ModelNotFoundError,
     OtherLLMError,
@@ -40,6 +42,7 @@ OVERFLOW_CODES = frozenset({
     "1261",  # Zhipu: Prompt exceeds max length
     "20015",  # SiliconFlow: length of prompt_tokens must be less than max_seq_len
     "model_context_window_exceeded",  # Zhipu's finish_reason on a 200
+    "request_too_large",  # Anthropic: the request is larger than its size limit
 })
 
 #: Lower-case phrases that mean the same, curated from the servers' sources and docs.
@@ -62,6 +65,17 @@ OVERFLOW_PHRASES: tuple[str, ...] = (
     "`inputs` tokens + `max_new_tokens` must be",  # Together (TGI)
     "context window",
     "reduce the length of the messages",
+    "longer than the maximum model length",  # vLLM's engine: "The decoder prompt (length N) is longer than ..."
+    "context length is only",  # vLLM: "However, the model's context length is only N tokens, resulting in ..."
+    "exceeded max context length",  # Ollama <= 0.12: "prompt too long; exceeded max context length by N tokens"
+    "exceeds the context length",  # Ollama: "the input length exceeds the context length"
+    "exceed context limit",  # Anthropic: "input length and `max_tokens` exceed context limit: N + M > W"
+    "greater than the context length",  # LM Studio: "tokens to keep from the initial prompt is greater than ..."
+    "cannot truncate prompt with n_keep",  # LM Studio (llama.cpp engine): "... n_keep (N) >= n_ctx (M)"
+    "reached context length of",  # LM Studio: "Reached context length of N tokens with model ... that does not"
+    "context size has been exceeded",  # LM Studio's MLX engine
+    "request entity too large",  # a proxy's 413 page (nginx): the history is too big for it
+    "payload too large",
 )
 
 #: Per-minute limits and throttling: transient, even when the text also says "Request too large".
@@ -90,11 +104,15 @@ AUTH_PHRASES: tuple[str, ...] = (
     "invalid authentication", "authentication failed", "authentication_error", "unauthorized",
 )
 
-MODEL_NOT_FOUND_CODES = frozenset({"model_not_found", "deploymentnotfound", "1211", "not_found_error"})
+MODEL_NOT_FOUND_CODES = frozenset({"model_not_found", "deploymentnotfound", "1211"})
 MODEL_NOT_FOUND_PHRASES: tuple[str, ...] = (
     "model_not_found", "does not exist", "not found the model", "try pulling it first", "no such model",
     "is not a valid model", "model not found", "unknown model", "deployment for this resource does not exist",
 )
+
+#: The path itself is unknown (a base URL without /v1): llama.cpp's 404, Go's (Ollama) and LM Studio's answer, which
+#: comes with status 200.
+ENDPOINT_PHRASES: tuple[str, ...] = ("unexpected endpoint or method", "file not found", "404 page not found")
 
 TOOLS_PHRASES: tuple[str, ...] = (
     '"auto" tool choice requires',  # vLLM without --enable-auto-tool-choice
@@ -229,10 +247,16 @@ def classify(status: int | None, body: Any, headers: Any = None, *, model: str |
         return QuotaLLMError(message, **kw)
     if status != 429 and (codes & OVERFLOW_CODES or _has(text, OVERFLOW_PHRASES)):
         return ContextOverflowError(message, **kw)
+    if status == 413:  # a proxy's size limit (nginx's client_max_body_size): trim, never the same request again
+        return ContextOverflowError(message, **kw)
     if status in (401, 403) or _has(text, AUTH_PHRASES):
         return AuthLLMError(message, **kw)
-    if codes & MODEL_NOT_FOUND_CODES or (status in (400, 404) and _has(text, MODEL_NOT_FOUND_PHRASES)):
+    # Anthropic says "not_found_error" for an unknown model, llama.cpp's server for an unknown path.
+    named_model = "not_found_error" in codes and "model" in text
+    if codes & MODEL_NOT_FOUND_CODES or named_model or (status in (400, 404) and _has(text, MODEL_NOT_FOUND_PHRASES)):
         return ModelNotFoundError(message, model=model, **kw)
+    if status == 404 or _has(text, ENDPOINT_PHRASES):  # the path is unknown: a base URL without /v1, say
+        return EndpointNotFoundError(message, **kw)
     if facts.html or status is not None and (status in (408, 409, 425, 429) or status >= 500):
         return TransientLLMError(message, retry_after=wait, **kw)
     if status is None and codes & {"server_error", "internal_error", "overloaded_error", "500", "503", "529"}:

@@ -88,6 +88,7 @@ def settings(api: FakeTelegramAPI, llm: FakeOpenAIServer, max_concurrent: int, s
     """The bot's config.json."""
     return {"channel_type": "telegram", "telegram_bot_token": api.token, "telegram_base_url": api.base_url,
             "telegram_rate_limit": False, "open_ai_api_base": llm.base_url, "open_ai_api_key": "test",
+            "model_max_parallel": 1000,  # the fake stands in for a remote provider: no one-slot limit
             "data_dir": "data", "max_concurrent_turns": max_concurrent, "stream_replies": stream}
 
 

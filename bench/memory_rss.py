@@ -86,6 +86,7 @@ def settings(api: FakeTelegramAPI, llm: FakeOpenAIServer, model: str, db_url: st
     """The bot's config.json."""
     return {"channel_type": "telegram", "telegram_bot_token": api.token, "telegram_base_url": api.base_url,
             "telegram_rate_limit": False, "open_ai_api_base": llm.base_url, "open_ai_api_key": "bench",
+            "model_max_parallel": 1000,  # the fake stands in for a remote provider: no one-slot limit
             "data_dir": "data", "db_url": db_url, "stream_replies": False, "memory_embedding_model": model,
             "agent_max_context_turns": CONTEXT_TURNS}
 

@@ -34,7 +34,7 @@ def one_run(stream: bool, seconds: float, first: float, chat: int) -> tuple[floa
     with FakeTelegramAPI() as api, FakeOpenAIServer() as llm, tempfile.TemporaryDirectory() as tmp:
         proc = BotProcess(Path(tmp), channel_type="telegram", telegram_bot_token=api.token,
                           telegram_base_url=api.base_url, telegram_rate_limit=False, open_ai_api_base=llm.base_url,
-                          open_ai_api_key="k", data_dir="data", stream_replies=stream,
+                          open_ai_api_key="k", model_max_parallel=1000, data_dir="data", stream_replies=stream,
                           memory_embedding_model="").start()
         try:
             llm.enqueue_stream(text, first_delay=first, delay=PIECE_DELAY, piece=10)

@@ -12,12 +12,19 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from config.settings import DEFAULT_API_BASE, SECRET_KEYS, Config, endpoint_refused_hint
+from config.settings import (
+    DEFAULT_API_BASE,
+    SECRET_KEYS,
+    Config,
+    endpoint_refused_hint,
+    endpoint_unresolved_hint,
+)
 
 logger = logging.getLogger("app")
 
@@ -234,7 +241,8 @@ def database_label(cfg: Config) -> str:
 
 
 async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:
-    """For a custom endpoint: connect once; return the one-line hint when the connection is refused."""
+    """For a custom endpoint: connect once; return the one-line hint when the connection is refused or the host
+    name does not resolve."""
     if not cfg.model_configured or cfg.open_ai_api_base.rstrip("/") == DEFAULT_API_BASE:
         return None
     parsed = urlsplit(cfg.open_ai_api_base)
@@ -245,6 +253,8 @@ async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:
         _reader, writer = await asyncio.wait_for(asyncio.open_connection(parsed.hostname, port), wait)
     except ConnectionRefusedError:
         return endpoint_refused_hint(cfg.open_ai_api_base)
+    except socket.gaierror:
+        return endpoint_unresolved_hint(cfg.open_ai_api_base)
     except (OSError, TimeoutError) as exc:
         logger.debug("model endpoint probe: %s", exc)
         return None

@@ -36,6 +36,7 @@ from dispatcher.commands import keeps_no_secret
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
 
+    from bootstrap.services import Services
     from config.settings import Config
 
 logger = logging.getLogger(__name__)
@@ -55,10 +56,12 @@ THINKING_SECONDS = 6.0
 HISTORY_FILE = "terminal_history"
 
 
-def start_banner(cfg: Any) -> str:
-    """The lines shown when the terminal starts: model, endpoint, data folder, and how to get help or quit."""
+def start_banner(cfg: Any, window: str = "") -> str:
+    """The lines shown when the terminal starts: model, endpoint, its window (and where it came from), data
+    folder, and how to get help or quit."""
     return "\n".join([
         f"longchat: model {cfg.model} at {cfg.open_ai_api_base}",
+        *([f"context window: {window}"] if window else []),
         f"data folder: {cfg.data_path()}",
         "Type a message and press Enter. /help lists the commands; Ctrl-D quits.",
     ])
@@ -80,13 +83,16 @@ class TerminalChannel(BaseChannel):
     operator_only = True
 
     def __init__(self, stdin=None, stdout=None, interactive: bool | None = None,
-                 config: Config | None = None) -> None:
+                 config: Config | None = None, services: Services | None = None) -> None:
         super().__init__()
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._interactive = stdin_is_terminal() if interactive is None else interactive
-        #: shown on a terminal, never when piped
-        self.banner = start_banner(config) if config is not None else ""
+        self.config = config
+        #: the app's parts: the model's window for the banner
+        self.services = services
+        #: shown on a terminal, never when piped; made at start, when the model's window is known
+        self.banner = ""
         #: where line history is kept between runs (None: for this run only)
         self.history_path: Path | None = config.data_path() / HISTORY_FILE if config is not None else None
         #: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6
@@ -106,6 +112,9 @@ class TerminalChannel(BaseChannel):
 
     async def start(self, intake: bool = True) -> None:
         """Start reading lines in the background."""
+        if self.config is not None and not self.banner:
+            window = self.services.agent.windows.get(self.config.model).describe() if self.services else ""
+            self.banner = start_banner(self.config, window=window)
         loop = self._interactive_loop() if self._interactive else self._piped_loop()
         self._task = asyncio.create_task(loop, name="terminal-reader")
 

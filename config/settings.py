@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -45,6 +46,7 @@ RESTART_KEYS = frozenset({
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
     "weixin_base_url",
     "web_console_port", "web_console_listen",
+    "model_max_parallel",
 })
 
 #: The longest value /config accepts, in characters (the persona is the longest setting in practice).
@@ -65,6 +67,19 @@ def endpoint_refused_hint(base: str) -> str:
     """The one line for a model endpoint that refuses the connection (used at start and in chat replies)."""
     return (f"The model endpoint {base} refused the connection: check that the model server is running and that "
             "open_ai_api_base in config.json points at it.")
+
+
+def endpoint_not_found_hint(base: str) -> str:
+    """The one line for an endpoint that answers 404 for the chat-completions path itself."""
+    return (f"The model endpoint {base} answered 404 Not Found for /chat/completions: does open_ai_api_base in "
+            "config.json end in /v1 (e.g. http://127.0.0.1:8080/v1)?")
+
+
+def endpoint_unresolved_hint(base: str) -> str:
+    """The one line for an endpoint whose host name does not resolve."""
+    host = urlsplit(base).hostname or base
+    return (f"The host name {host!r} of the model endpoint {base} does not resolve: check open_ai_api_base in "
+            "config.json for a typo, and the network.")
 
 
 def unknown_model_hint(model: str, base: str) -> str:
@@ -128,6 +143,7 @@ class Config(BaseModel):
     web_console_port: int = Field(8700, ge=0, le=65535)
     web_console_listen: str = "127.0.0.1"
     web_console_password: str = ""
+    model_max_parallel: int = Field(0, ge=0)
 
     @field_validator("channel_type")
     @classmethod

@@ -7,10 +7,13 @@
      └── LLMError               the model call failed
           ├── ContextOverflowError   the provider says the request is too long
           ├── TransientLLMError      timeout, connection error, 429, 5xx, a proxy's HTML page (retried)
-          │    └── EndpointRefusedError   nothing listens at open_ai_api_base (retried, then named)
+          │    ├── EndpointRefusedError   nothing listens at open_ai_api_base (retried, then named)
+          │    ├── EndpointUnresolvedError   the host name of open_ai_api_base does not resolve (retried, then named)
+          │    └── StreamCutError         a streamed answer ended without a finish reason (retried, never an answer)
           ├── QuotaLLMError          quota, billing or a suspended account (never retried)
           ├── AuthLLMError           the provider refused the key (401/403, or Gemini's 400)
           ├── ModelNotFoundError     the provider does not know the model (names it)
+          ├── EndpointNotFoundError  open_ai_api_base answers 404 for /chat/completions (no /v1?)
           ├── ToolsUnsupportedError  the server cannot take tools for this model
           ├── NotConfiguredError     no key and no custom endpoint
           └── OtherLLMError          anything else (e.g. a generic 400)
@@ -53,6 +56,19 @@ class TransientLLMError(LLMError):
 
 class EndpointRefusedError(TransientLLMError):
     """The model endpoint refused the connection: usually a local server that is not running."""
+
+
+class EndpointUnresolvedError(TransientLLMError):
+    """The host name of the model endpoint does not resolve: a typo, or no network (retried, then named)."""
+
+
+class StreamCutError(TransientLLMError):
+    """A streamed answer ended without a finish reason: the server dropped or cut it (an empty 200 stream is
+    one). It is a failed call, retried, and never stored or shown as an answer."""
+
+
+class EndpointNotFoundError(LLMError):
+    """The endpoint answered 404 for the chat-completions path itself: usually a base URL without ``/v1``."""
 
 
 class QuotaLLMError(LLMError):

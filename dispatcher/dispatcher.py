@@ -362,8 +362,9 @@ class Dispatcher:
                 else:
                     note = asyncio.create_task(still_working(self.send, item.message, self.still_working_after,
                                                              streamed))
-                    reply, tool_calls = await run_agent(item, sessions=self.sessions, agent=self.agent,
-                                                        store=self.store, hooks=self.hooks, sink=streamed)
+                    reply, tool_calls, outcome = await run_agent(
+                        item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
+                        sink=streamed)
             self.queue.turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
@@ -417,7 +418,7 @@ class Dispatcher:
     async def cut_turns(self) -> None:
         """Stop now (a second Ctrl-C during :meth:`drain`): cancel the turns still running, as a grace that ran out
         does; their messages stay journalled and are answered after the next start."""
-        if unfinished := await self._workers.drain(0):
+        if unfinished := await self.queue.drain(0):
             logger.warning("%d session(s) cut short at shutdown; their messages resume at next start", len(unfinished))
 
     async def flush_intake(self) -> None:

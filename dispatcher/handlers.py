@@ -40,13 +40,14 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
 
 
 async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: ConversationStore,
-                    hooks: MessageHooks, sink: AnswerSink | None = None) -> tuple[str, int]:
-    """Run the agent's turn for the item on its session's lock; return the answer and its tool calls.
+                    hooks: MessageHooks, sink: AnswerSink | None = None) -> tuple[str, int, str]:
+    """Run the agent's turn for the item on its session's lock; return the answer, its tool calls and what the
+    user got (``ok``, or the notice: ``empty``, ``cut …``, for the log line).
 
     With a ``sink`` the answer streams into it as the model writes it (a stored answer does not).
     """
     if item.skipped:
-        return "", 0
+        return "", 0, "skipped"
     state = await sessions.get(item.info)
     async with state.lock:
         if item.store_with_intake and item.user_message is not None and item.user_seq is not None:  # stored at intake
@@ -55,13 +56,13 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
         elif item.user_seq is None:
             message = await user_message(hooks, item)
             if message is None:
-                return "", 0
+                return "", 0, "held by a plugin"
             # stored and linked to its journal row before any model call
             state.append(await store.append_user(item.info.session_id, message, item.inbox_id), message)
         else:
             answer = await stored_answer(store, item)
             if answer is not None:
-                return answer, 0
+                return answer, 0, "ok (stored answer)"
             if not state.cut_after(item.user_seq):
                 state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
         state.set_background(await background_lines(store, item.message, agent.config()))
@@ -69,7 +70,7 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
             result = await agent.run_turn(state, sink, final=_keeping_reply(store, item))
         finally:
             state.set_background([])
-    return result.text, result.tool_calls
+    return result.text, result.tool_calls, result.outcome
 
 
 async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:

@@ -10,10 +10,17 @@ from typing import Any
 
 from agent.llm import NO_MODEL_HINT
 from channels.base import BaseChannel
-from config.settings import endpoint_refused_hint, unknown_model_hint
+from config.settings import (
+    endpoint_not_found_hint,
+    endpoint_refused_hint,
+    endpoint_unresolved_hint,
+    unknown_model_hint,
+)
 from core.errors import (
     AuthLLMError,
+    EndpointNotFoundError,
     EndpointRefusedError,
+    EndpointUnresolvedError,
     ModelNotFoundError,
     NotConfiguredError,
     QuotaLLMError,
@@ -58,6 +65,10 @@ def error_reply(session_id: str, exc: BaseException, cfg: Any) -> str:
         return unknown_model_hint(exc.model or cfg.model, cfg.open_ai_api_base)
     if isinstance(exc, EndpointRefusedError):
         return endpoint_refused_hint(cfg.open_ai_api_base)
+    if isinstance(exc, EndpointUnresolvedError):
+        return endpoint_unresolved_hint(cfg.open_ai_api_base)
+    if isinstance(exc, EndpointNotFoundError):
+        return endpoint_not_found_hint(cfg.open_ai_api_base)
     if isinstance(exc, TransientLLMError):
         return TRANSIENT_REPLY
     if isinstance(exc, AuthLLMError):

@@ -84,6 +84,7 @@ async def context_command(request: CommandRequest) -> str:
         f"Messages: {len(state.messages)}" + (f" ({by_role})" if by_role else ""),
         f"Tokens{approx}: {bar(fraction)} {fraction:.0%} of {budget.max_tokens:,} ({history:,} used)",
         f"System prompt: ~{counter.count_text(system):,} tokens",
+        f"Model window: {agent.windows.get(cfg.model).describe()}",
         f"Summary: {summary}",
     ]
     check = last_check(services, request.session_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent.loop import CLEARED_REPLY, FINAL_ANSWER_PROMPT, STREAM_BROKEN_NOTE, Agent
@@ -129,7 +131,8 @@ async def test_step_limit_makes_one_final_call_without_tools(parts):
 
 
 def overflow():
-    return ContextOverflowError("This model's maximum context length is 100 tokens", status=400,
+    # no window named: the fixed stages of DESIGN 2.3 (an error that names one: see the test after these)
+    return ContextOverflowError("prompt is too long: 210631 tokens > 200000 maximum", status=400,
                                 code="context_length_exceeded")
 
 
@@ -143,6 +146,7 @@ async def test_overflow_recovery_stages_then_clear(parts):
         llm.enqueue(overflow())
     result = await turn(agent, state, "one more")
     assert result.cleared and result.text == CLEARED_REPLY
+    assert result.outcome == "cleared (too long)"
     # the first call plus the stages 5, 2 and 1 turns
     kept_turns = [len(r.user_texts()) for r in llm.history[-4:]]
     assert kept_turns == [9, 5, 2, 1]
@@ -165,6 +169,33 @@ async def test_overflow_recovery_succeeds_at_the_second_stage(parts):
     assert result.text == "echo: last"
     assert [len(r.user_texts()) for r in llm.history[-3:]] == [9, 5, 2]
     assert not result.cleared
+    assert result.outcome == "ok"
+
+
+async def test_an_overflow_error_that_names_the_window_teaches_it(parts):
+    from agent.window import OVERFLOW, TABLE, Window
+
+    llm = FakeLLM()
+    agent, state, _ = await make(parts, llm, model="smollm2")  # a model the table does not know
+    assert agent.windows.get("smollm2").tokens == 128_000
+    llm.enqueue(ContextOverflowError("This model's maximum context length is 2048 tokens. However, you requested "
+                                     "5000 tokens", status=400))
+    await turn(agent, state, "a long question")
+    assert agent.windows.get("smollm2") == Window(2048, OVERFLOW)
+    assert llm.history[-1].user_texts() == ["a long question"]  # fitted to the window, answered at once
+    assert len(llm.history) == 2
+    from agent.context import history_budget
+
+    tools = agent._tools_tokens(agent.tools.schemas())  # the tools' schemas go with every request
+    assert tools > 100
+    assert agent.budget(state, "").max_tokens == history_budget(50_000, 2048, tools) == 1844 - tools
+    assert llm.history[-1].max_tokens <= 2048
+    # a window that is configured is never overridden
+    agent, state, _ = await make(parts, llm, model="smollm2", model_context_window=4096)
+    llm.enqueue(ContextOverflowError("This model's maximum context length is 2048 tokens", status=400))
+    await turn(agent, state, "again")
+    assert agent.windows.get("smollm2").tokens == 4096
+    assert agent.windows.get("gpt-4o").source == TABLE
 
 
 # --- answers of real models: reasoning, empty answers, length, broken tool arguments, the answer cap ---------
@@ -179,17 +210,21 @@ from core.llm import LLMResponse, ToolCall  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
 
 
-@pytest.mark.parametrize(("response", "shown"), [
-    (LLMResponse(content="", finish_reason="stop"), EMPTY_REPLY),
-    (LLMResponse(content=None, reasoning_content="hmm", finish_reason="stop"), REASONING_ONLY_REPLY),
-    (LLMResponse(content=None, finish_reason="content_filter"), FILTERED_REPLY),
-    (LLMResponse(content="half an answ", finish_reason="length"), f"half an answ\n\n{LENGTH_NOTE}"),
+@pytest.mark.parametrize(("response", "shown", "outcome"), [
+    (LLMResponse(content="", finish_reason="stop"), EMPTY_REPLY, "empty"),
+    (LLMResponse(content=None, reasoning_content="hmm", finish_reason="stop"), REASONING_ONLY_REPLY,
+     "empty (reasoning only)"),
+    (LLMResponse(content=None, finish_reason="content_filter"), FILTERED_REPLY, "filtered"),
+    (LLMResponse(content="half an answ", finish_reason="length"), f"half an answ\n\n{LENGTH_NOTE}",
+     "cut (length limit)"),
+    (LLMResponse(content="All there.", finish_reason="stop"), "All there.", "ok"),
 ])
-async def test_no_silence_and_length_note(parts, response, shown):
+async def test_no_silence_and_length_note(parts, response, shown, outcome):
     llm = FakeLLM().enqueue(response)
     agent, state, _ = await make(parts, llm)
     await agent.add_user_message(state, "hi")
-    assert (await agent.run_turn(state)).text == shown
+    result = await agent.run_turn(state)
+    assert (result.text, result.outcome) == (shown, outcome)  # the log line never says "ok" for a notice
 
 
 async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_shown(parts):
@@ -323,7 +358,7 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
     async with state.lock:
         await agent.add_user_message(state, "q")
         result = await agent.run_turn(state, pieces)
-    assert result.text == "The answer."
+    assert (result.text, result.outcome) == ("The answer.", "ok")
     assert "".join(pieces.events) == "Let me see.<discard>The answer."
 
     llm.break_after = 8
@@ -334,6 +369,7 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
         result = await agent.run_turn(state, pieces)
     assert "".join(pieces.events) == "Half of "
     assert result.text == f"Half of\n\n{STREAM_BROKEN_NOTE}"
+    assert result.outcome == "cut (the stream broke)"
     stored = await parts.load_messages(INFO.session_id)
     assert stored[-1].message == {"role": "assistant", "content": result.text}
 
@@ -374,3 +410,49 @@ async def test_no_flush_without_memory_flush(parts, tmp_path):
     for text in ("one", "two", "three"):
         await turn(agent, state, text)
     assert len(llm.history) == 3
+
+
+class SlowStreamingLLM(StreamingFakeLLM):
+    """Streams each answer in 4-character pieces, ``gap`` seconds apart."""
+
+    gap: float = 0.0
+
+    async def stream(self, messages, *, tools=None, model=None, temperature=None, max_tokens=None, on_text=None):
+        response = await self.complete(messages, tools=tools, model=model, temperature=temperature,
+                                       max_tokens=max_tokens)
+        text = response.content or ""
+        for i in range(0, len(text), 4):
+            await asyncio.sleep(self.gap)
+            await on_text(text[i:i + 4])
+        return response
+
+
+async def test_a_long_streamed_answer_is_not_silence_but_a_silent_model_ends_the_turn(parts):
+    llm = SlowStreamingLLM()
+    llm.gap = 0.1
+    llm.enqueue("A slow local model writes this answer piece by piece.")  # 14 pieces: about 1.4 s
+    agent, state, _ = await make(parts, llm)
+    agent.turn_deadline = 0.5
+    async with state.lock:
+        await agent.add_user_message(state, "q")
+        result = await agent.run_turn(state, Pieces())
+    assert (result.text, result.outcome) == ("A slow local model writes this answer piece by piece.", "ok")
+    llm.gap = 0.8  # silent longer than the deadline before the first piece
+    llm.enqueue("Never shown.")
+    async with state.lock:
+        await agent.add_user_message(state, "again")
+        with pytest.raises(TransientLLMError, match="deadline"):
+            await agent.run_turn(state, Pieces())
+
+
+async def test_a_refused_long_message_is_cut_to_fit_the_window_the_error_named(parts):
+    llm = FakeLLM()
+    agent, state, _ = await make(parts, llm, model="smollm2")
+    llm.enqueue(ContextOverflowError("This model's maximum context length is 800 tokens. However, you requested "
+                                     "3300 tokens (3204 in the messages, 96 in the completion).", status=400))
+    llm.enqueue("the model's answer")
+    result = await turn(agent, state, "港口委员会讨论了新的渡轮时刻表。" * 200)  # 3,200 characters, ~3,000 tokens
+    assert (result.text, result.outcome) == ("the model's answer", "ok")
+    (sent,) = llm.history[-1].user_texts()
+    assert "[Message truncated: kept" in sent and len(sent) < 800  # below the usual floor of 1,000 characters
+    assert "overflow recovery: fitted to the window the server named" in result.actions

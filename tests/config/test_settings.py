@@ -22,7 +22,8 @@ group_shared_session group_chat_reply_prefix admin_users admin_password telegram
 telegram_mode telegram_rate_limit telegram_webhook_url telegram_webhook_listen telegram_webhook_port
 wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezone web_fetch_allow_private
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
-memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password""".split()
+memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password
+model_max_parallel""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -53,6 +54,7 @@ def test_defaults_cover_every_contract_key():
     assert cfg.web_console_port == 8700
     assert cfg.web_console_listen == "127.0.0.1"
     assert cfg.web_console_password == ""
+    assert cfg.model_max_parallel == 0
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 

@@ -129,6 +129,8 @@ def test_start_banner() -> None:
     assert start_banner(cfg) == ("longchat: model llama3 at http://127.0.0.1:11434/v1\n"
                                  "data folder: /srv/bot\n"
                                  "Type a message and press Enter. /help lists the commands; Ctrl-D quits.")
+    assert start_banner(cfg, window="8,192 tokens (from Ollama's /api/ps)").splitlines()[1] == (
+        "context window: 8,192 tokens (from Ollama's /api/ps)")
 
 
 def test_a_streamed_reply_shows_before_it_is_complete(tmp_path, openai_server):

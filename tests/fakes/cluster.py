@@ -124,6 +124,7 @@ class Cluster:
         self.settings = {
             "channel_type": "telegram", "telegram_bot_token": api.token, "telegram_base_url": api.base_url,
             "telegram_rate_limit": False, "telegram_mode": mode, "open_ai_api_base": llm.base_url,
+            "model_max_parallel": 1000,  # the fake stands in for a remote provider: no one-slot limit
             "open_ai_api_key": "test", "data_dir": str(self.data_dir), "db_url": db_url,
             "stream_replies": False, "memory_embedding_model": "", "admin_users": [f"telegram:{ADMIN_ID}"],
             **settings}

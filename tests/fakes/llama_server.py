@@ -46,9 +46,10 @@ def _free_port() -> int:
 
 
 class LlamaServer:
-    """``python -m llama_cpp.server`` with SmolLM2 on a free loopback port, for one test module."""
+    """``python -m llama_cpp.server`` with SmolLM2 on a free loopback port, for one test module; ``n_ctx`` None
+    keeps the server's default window (2,048 tokens)."""
 
-    def __init__(self, n_ctx: int, log_path: Path) -> None:
+    def __init__(self, n_ctx: int | None, log_path: Path) -> None:
         self.n_ctx = n_ctx
         self.port = _free_port()
         self.log_path = log_path
@@ -66,7 +67,7 @@ class LlamaServer:
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", "2"],
+             "--port", str(self.port), *(["--n_ctx", str(self.n_ctx)] if self.n_ctx else []), "--n_threads", "2"],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while True:
@@ -143,18 +144,36 @@ class RecordingProxy(FakeService):
                 path = self.path[len("/v1"):] if self.path.startswith("/v1") else self.path
                 req = urllib.request.Request(proxy.upstream + path, data=body, method=method,
                                              headers={"Content-Type": "application/json"})
+                request = json.loads(body) if body else {}
                 try:
                     with urllib.request.urlopen(req, timeout=600) as answer:
-                        status, data, ctype = answer.status, answer.read(), answer.headers.get("Content-Type")
+                        status, ctype = answer.status, answer.headers.get("Content-Type")
+                        if "text/event-stream" in (ctype or ""):  # relayed as it comes, like the server sends it
+                            self._relay(path, request, answer)
+                            return
+                        data = answer.read()
                 except urllib.error.HTTPError as exc:
                     status, data, ctype = exc.code, exc.read(), exc.headers.get("Content-Type")
-                request = json.loads(body) if body else {}
                 proxy.exchanges.append(Exchange(path, request, status, data))
                 self.send_response(status)
                 self.send_header("Content-Type", ctype or "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _relay(self, path: str, request: dict[str, Any], answer: Any) -> None:
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.headers.get("Content-Type"))
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                data = b""
+                while piece := answer.read1(65536):
+                    data += piece
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                proxy.exchanges.append(Exchange(path, request, answer.status, data))
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 self._forward("GET")

@@ -109,6 +109,13 @@ class FakeOpenAIServer(FakeService):
         self._arrived = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
+        #: chat requests being answered now, and the most there ever were at once
+        self.in_flight = 0
+        self.max_in_flight = 0
+        #: when set, chat requests whose path does not start with it get a 404 (a base URL without /v1)
+        self.chat_prefix: str | None = None
+        #: answers of the window-discovery endpoints by path (``/props``, ``/api/show``, ...); others get a 404
+        self.discovery: dict[str, Any] = {}
 
     # --- lifecycle (FakeService) ---------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -141,15 +148,23 @@ class FakeOpenAIServer(FakeService):
         self._push({"content": content, "tool_calls": tool_calls})
 
     def enqueue_stream(self, text: str, *, first_delay: float = 0.0, delay: float = 0.0, piece: int = 8,
-                       break_after: int | None = None, tool_calls: Iterable[tuple[str, str]] = ()) -> None:
+                       break_after: int | None = None, tool_calls: Iterable[tuple[str, str]] = (),
+                       finish: bool = True, error: dict[str, Any] | None = None) -> None:
         """Answer the next request with ``text``, streamed slowly when asked for a stream: ``first_delay``
         seconds before the first piece, ``delay`` between pieces of ``piece`` characters; after
-        ``break_after`` characters the connection is dropped midway."""
+        ``break_after`` characters the connection is dropped midway. ``finish=False`` ends the stream with
+        ``data: [DONE]`` but no finish reason (llama-cpp-python cutting an answer when another request
+        arrives); ``error`` is sent as ``data: {"error": ...}`` after the text (an error inside a stream)."""
         calls = [{"id": f"call_{next(self._ids)}", "type": "function",
                   "function": {"name": name, "arguments": args}} for name, args in tool_calls]
         self._push({"content": text, "tool_calls": calls or None,
                     "_stream": {"first_delay": first_delay, "delay": delay, "piece": piece,
-                                "break_after": break_after}})
+                                "break_after": break_after, "finish": finish, "error": error}})
+
+    def enqueue_empty_stream(self) -> None:
+        """Answer the next streamed request with ``200 OK`` and an empty event stream: no data, no ``[DONE]``
+        (llama-cpp-python's answer to a streamed request over its window)."""
+        self._push({"content": "", "_stream": {"empty": True}})
 
     def enqueue_error(self, status: int, message: str, code: str | None = None, type: str | None = None,
                       headers: dict[str, str] | None = None) -> None:
@@ -351,7 +366,9 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             fake._paths.append(self.path)
-            if self.path.split("?", 1)[0].rstrip("/").endswith("/models"):
+            if self.path in fake.discovery:
+                self._json(200, fake.discovery[self.path])
+            elif self.path.split("?", 1)[0].rstrip("/").endswith("/models"):
                 self._json(200, {"object": "list", "data": [
                     {"id": fake.model, "object": "model", "created": 0, "owned_by": "fake"}]})
             else:
@@ -360,7 +377,13 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if not self.path.split("?", 1)[0].rstrip("/").endswith("/chat/completions"):
+            if self.path in fake.discovery:
+                fake._paths.append(self.path)
+                self._json(200, fake.discovery[self.path])
+                return
+            path = self.path.split("?", 1)[0].rstrip("/")
+            if not path.endswith("/chat/completions") or fake.chat_prefix and not path.startswith(fake.chat_prefix):
+                fake._paths.append(self.path)
                 self._json(404, error_payload(404, f"Unknown path {self.path}"))
                 return
             try:
@@ -371,10 +394,25 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             fake._paths.append(self.path)
             fake._record(body, headers)
+            with fake._lock:
+                fake.in_flight += 1
+                fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+            try:
+                self._reply(body, headers)
+            finally:
+                with fake._lock:
+                    fake.in_flight -= 1
+
+        def _reply(self, body: dict[str, Any], headers: dict[str, str]) -> None:
             fake._sleep()
             reply = fake._answer(body, headers)
             options = reply.pop("_stream", None) if isinstance(reply, dict) else None
-            if isinstance(reply, _Error):
+            if options is not None and options.get("empty") and body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif isinstance(reply, _Error):
                 self._json(reply.status, reply.payload, reply.headers)
             elif body.get("stream") and options is not None:
                 self._slow_stream(reply, bool((body.get("stream_options") or {}).get("include_usage")), options)
@@ -407,7 +445,12 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
             self.end_headers()
             chunks = stream_chunks(response, piece=options["piece"])
-            if include_usage:
+            if not options["finish"]:  # cut: the last chunk says nothing but the role, with no finish reason
+                chunks[-1] = {**chunks[-1], "choices": [{"index": 0, "delta": {"role": "assistant"},
+                                                         "finish_reason": None, "logprobs": None}]}
+            if options["error"] is not None:
+                chunks[-1] = {"error": options["error"]}
+            if include_usage and options["finish"] and options["error"] is None:
                 chunks.append({**{k: chunks[0][k] for k in ("id", "object", "created", "model")},
                                "choices": [], "usage": response.get("usage")})
             events = [b"data: " + json.dumps(item).encode() + b"\n\n" for item in chunks] + [b"data: [DONE]\n\n"]

@@ -65,6 +65,39 @@ PROVIDER_ERRORS: dict[str, tuple[int, dict[str, str], str]] = {
     "zhipu_overflow": (400, {}, '{"error":{"code":"1261","message":"Prompt exceeds max length"}}'),
     "siliconflow_overflow": (400, {}, '{"code":20015,"message":"length of prompt_tokens (68957) must be less than '
                              'max_seq_len (65536).","data":null}'),
+    # The six of issue 33, from the servers' sources and the answers quoted in their bug trackers.
+    "vllm_engine_overflow": (400, {}, '{"error":{"message":"The decoder prompt (length 2301) is longer than the '
+                             'maximum model length of 2048. Make sure that `max_model_len` is no smaller than the '
+                             'number of text tokens.","type":"BadRequestError","param":null,"code":400}}'),
+    "vllm_passed_overflow": (400, {}, '{"error":{"message":"You passed 2101 input tokens and requested 0 output '
+                             'tokens. However, the model\'s context length is only 2048 tokens, resulting in a '
+                             'maximum input length of 2048 tokens. Please reduce the length of the input prompt.",'
+                             '"type":"BadRequestError","param":"input_tokens","code":400}}'),
+    "ollama_012_overflow": (400, {}, '{"error":{"message":"prompt too long; exceeded max context length by 4 tokens",'
+                            '"type":"api_error","param":null,"code":null}}'),
+    "ollama_native_overflow": (400, {}, '{"error":"the input length exceeds the context length"}'),
+    "sglang_requested_overflow": (400, {}, '{"object":"error","message":"Requested token count exceeds the model\'s '
+                                  'maximum context length of 4096 tokens. You requested a total of 5120 tokens: 4096 '
+                                  'tokens from the input messages and 1024 tokens for the completion. Please reduce '
+                                  'the number of tokens in the input messages or the completion to fit within the '
+                                  'limit.","type":"BadRequestError","param":null,"code":400}'),
+    "sglang_value_error": (400, {}, '{"error":{"message":"The input (36000 tokens) is longer than the model\'s '
+                           'context length (32768 tokens).","type":"ValueError"}}'),
+    "lmstudio_n_keep": (400, {}, '{"error":"Cannot truncate prompt with n_keep (15028) >= n_ctx (7424)"}'),
+    "lmstudio_mid_generation": (400, {}, '{"error":"Reached context length of 4096 tokens with model (arch: '
+                                'qwen3vlmoe) that does not currently support mid-generation context overflow. Try '
+                                'reloading with a larger context length or shortening the prompt/chat."}'),
+    "anthropic_compat_overflow": (400, {}, '{"type":"error","error":{"type":"invalid_request_error","message":"input '
+                                  'length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease '
+                                  'input length or `max_tokens` and try again"},"request_id":"req_011CUB2X"}'),
+    "nginx_413": (413, {"Content-Type": "text/html"}, '<html>\r\n<head><title>413 Request Entity Too Large</title>'
+                  '</head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>'
+                  'nginx</center>\r\n</body>\r\n</html>\r\n'),
+    # --- a base URL without /v1: the path itself is unknown ---
+    "llamacpp_404": (404, {}, '{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}'),
+    "ollama_404": (404, {"Content-Type": "text/plain"}, "404 page not found"),
+    "vllm_404": (404, {}, '{"detail":"Not Found"}'),
+    "lmstudio_bad_endpoint": (200, {}, '{"error":"Unexpected endpoint or method. (POST /chat/completions)"}'),
     # --- rate limits (never an overflow, also when they say "Request too large") ---
     "openai_tpm": (429, {"retry-after-ms": "120", "x-ratelimit-reset-tokens": "1s"},
                    '{"error":{"message":"Request too large for gpt-4o in organization org-abc on tokens per min '

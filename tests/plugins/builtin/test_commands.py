@@ -59,6 +59,7 @@ async def test_context_shows_turns_roles_tokens_and_summary(tmp_path):
             "Messages: 6 (user 2, assistant 3, tool 1)",
             f"Tokens: {bar(fraction)} {fraction:.0%} of {budget:,} ({history:,} used)",
             f"System prompt: ~{counter.count_text(system):,} tokens",
+            "Model window: 128,000 tokens (from the table of known models)",
             "Summary: none",
         ])
         assert await bot.say("/context what") == ("Usage: /context shows this conversation's statistics; "
