@@ -9,7 +9,6 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.tokens import context_window
 from bootstrap.preflight import database_label
 from console.logs import recent_problems
 from console.server import SESSION, console_of
@@ -87,9 +86,8 @@ async def status_page(request: web.Request) -> web.StreamResponse:
     console = console_of(request)
     services = console.services
     cfg = services.config()
-    window = context_window(cfg.model, cfg.model_context_window)
-    window_from = ("model_context_window in config.json" if cfg.model_context_window > 0
-                   else "the table of known models")
+    known = services.agent.windows.get(cfg.model)  # configured, asked of the server, or the table's
+    window, window_from = known.tokens, known.source
     pending = await services.store.pending_incoming()
     jobs = await services.store.pending_summary_jobs()
     leadership = console.leadership
