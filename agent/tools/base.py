@@ -37,6 +37,8 @@ class ToolContext:
     store: Any = None
     #: the daily memory files (``memory.daily.DailyMemory``), or None
     memory: Any = None
+    #: the first stored message of the turn being answered (0: unknown); searches leave it and later ones out
+    turn_start_seq: int = 0
 
     def with_services(self, services: Any) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""
