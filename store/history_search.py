@@ -4,12 +4,11 @@ Only what people said is indexed: the text of user and assistant messages, not t
 arguments. Triggers on ``messages`` (migrations 0002 and 0006) write a message's entry in the transaction
 that stores it and delete it with the message, so cleanup and forgetting a session remove it too.
 
-Every message of the session is ranked by relevance, in the database: ``bm25`` of SQLite's FTS5, or
-PostgreSQL's ``ts_rank_cd`` over a GIN-indexed tsvector (cover density, which counts how many of the
-query's phrases a message holds; plain ``ts_rank`` let one common phrase outrank two rarer ones); the
-newer message wins a tie. A query's words match
-whole words ("her" is not in "others") and its Chinese matches as two-character phrases
-(store/search_terms.py). A hit comes with the part of the message that holds most of the query's terms,
+Every message of the session is ranked by relevance, in the database: ``bm25`` of SQLite's FTS5; on
+PostgreSQL, over a GIN-indexed tsvector, the sum of the matching terms' idf in the session (bm25's
+weight, which ``ts_rank`` lacks), then ``ts_rank_cd`` (cover density); the newer message wins a tie. A
+query's words match whole words ("her" is not in "others") and its Chinese matches as two-character
+phrases (store/search_terms.py). A hit comes with the part of the message that holds most of the query's terms,
 and with the turns before and after it; the messages of the turn being answered are left out, so the
 question is never its own answer.
 """
@@ -18,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +36,9 @@ SEARCH_TABLE = "message_search"
 PASSAGE_CHARS = 360
 #: A neighbouring turn shows at most this many characters.
 NEIGHBOUR_CHARS = 160
+#: A word is too common to rank by when more messages than this hold it, and more than COMMON_SHARE of all.
+COMMON_MESSAGES = 1000
+COMMON_SHARE = 0.05
 #: A neighbour is the nearest user or assistant text within this many messages (tool calls lie between).
 NEIGHBOUR_REACH = 4
 
@@ -59,6 +62,9 @@ class HistoryHit:
     passage: str
     before: Neighbour | None = None
     after: Neighbour | None = None
+
+
+_SAFE_TERM = re.compile(r"[^\W_]+(?: [^\W_]+)*")
 
 
 def is_search_table(name: str) -> bool:
@@ -101,20 +107,64 @@ def passage(body: str, terms: list[str], width: int = PASSAGE_CHARS) -> str:
     return ("…" if start else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")
 
 
+def _rare_enough(conn: Connection, terms: list[str]) -> list[str]:
+    """The terms without those too common to rank by (SQLite; all of them when nothing else is left).
+
+    Ranking a word that thousands of messages hold costs a score for each of them and changes little: its
+    weight (bm25's idf) is small. Beyond :data:`COMMON_MESSAGES` and :data:`COMMON_SHARE` of the index
+    such a word is left out, which keeps a search at 100,000 messages fast.
+    """
+    words = sorted({w for t in terms for w in t.split()})
+    rows = conn.execute(text(f"SELECT term, doc FROM {SEARCH_TABLE}_vocab WHERE term IN "
+                             f"({', '.join(f':w{i}' for i in range(len(words)))})"),
+                        {f"w{i}": w for i, w in enumerate(words)}).all()
+    docs = dict(rows)
+    total = conn.execute(text(f"SELECT count(*) FROM {SEARCH_TABLE}")).scalar_one()
+    cap = max(COMMON_MESSAGES, total * COMMON_SHARE)
+    return [t for t in terms if max(docs.get(w, 0) for w in t.split()) <= cap] or terms
+
+
+def _postgres_ranking(terms: list[str]) -> str:
+    """PostgreSQL's ranking: each query term weighs its idf in the session (bm25's weight, which ``ts_rank``
+    lacks: a name that every message holds would count as much as the one word that answers), then
+    ``ts_rank_cd`` (how closely the message holds the terms), then the newer message.
+
+    The terms are written into the statement, not bound: a statement the driver prepares gets a generic
+    plan, which cannot see the terms and scans the index for all of them (100-300 ms at 700 messages where
+    a plan for the terms at hand takes 10-20 ms). A term is letters, digits and spaces only
+    (store/search_terms.py), checked here, so it cannot end its quotes.
+    """
+    if not all(_SAFE_TERM.fullmatch(t) for t in terms):
+        raise ValueError(f"unexpected characters in search terms {terms!r}")
+    n = len(terms)
+    queries = ", ".join(f"phraseto_tsquery('simple', '{t}') AS q{i}" for i, t in enumerate(terms))
+    counts = ", ".join(f"count(*) FILTER (WHERE terms @@ q{i})::float8 AS d{i}" for i in range(n))
+    idf = ", ".join(f"ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}" for i in range(n))
+    weight = " + ".join(f"CASE WHEN terms @@ q{i} THEN w{i} ELSE 0 END" for i in range(n))
+    every = " || ".join(f"q{i}" for i in range(n))
+    return (f"WITH qs AS (SELECT {queries}), "
+            f"hit AS MATERIALIZED (SELECT m.seq, m.role, m.created_at, m.content, s.terms "
+            f"FROM qs, {SEARCH_TABLE} s JOIN messages m ON m.id = s.message_id "
+            f"WHERE s.terms @@ ({every}) AND m.session_id = :sid AND m.seq < :before), "
+            f"df AS (SELECT {counts}, (SELECT count(*) FROM messages WHERE session_id = :sid)::float8 AS n "
+            f"FROM qs, hit), "
+            f"idf AS (SELECT {idf} FROM df), "
+            f"scored AS (SELECT seq, role, created_at, content, terms, {weight} AS score FROM hit, qs, idf) "
+            f"SELECT seq, role, created_at, content FROM scored, qs "
+            f"ORDER BY score DESC, ts_rank_cd(terms, {every}, 1) DESC, seq DESC LIMIT :cap")
+
+
 def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, before_seq: int | None) -> list[Any]:
     params: dict[str, Any] = {"sid": session_id, "cap": limit, "before": before_seq or 2**62}
     if conn.dialect.name == "sqlite":
-        params["q"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        params["q"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in _rare_enough(conn, terms))
+        # CROSS JOIN keeps the index as the outer loop: given the choice, SQLite's planner walks the session's
+        # messages by (session_id, seq) and probes the index for each (seconds at 100,000 messages, not 1 ms)
         sql = (f"SELECT m.seq, m.role, m.created_at, m.content FROM {SEARCH_TABLE} s "
-               f"JOIN messages m ON m.id = s.rowid WHERE {SEARCH_TABLE} MATCH :q AND m.session_id = :sid "
+               f"CROSS JOIN messages m ON m.id = s.rowid WHERE {SEARCH_TABLE} MATCH :q AND m.session_id = :sid "
                f"AND m.seq < :before ORDER BY bm25({SEARCH_TABLE}), m.seq DESC LIMIT :cap")
     else:
-        query = " || ".join(f"phraseto_tsquery('simple', :t{i})" for i in range(len(terms)))
-        params.update({f"t{i}": t for i, t in enumerate(terms)})
-        sql = (f"SELECT m.seq, m.role, m.created_at, m.content FROM {SEARCH_TABLE} s "
-               f"JOIN messages m ON m.id = s.message_id, (SELECT {query} AS query) q "
-               f"WHERE s.terms @@ q.query AND m.session_id = :sid AND m.seq < :before "
-               f"ORDER BY ts_rank_cd(s.terms, q.query, 1) DESC, m.seq DESC LIMIT :cap")
+        sql = _postgres_ranking(terms)
     stmt = text(sql).columns(created_at=UTCDateTime())
     return list(conn.execute(stmt, params).all())
 

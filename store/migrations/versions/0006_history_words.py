@@ -9,7 +9,8 @@ The trigram index of 0002 matched substrings ("her" inside "others") and could n
 * SQLite: ``message_search`` becomes an FTS5 table with the ``unicode61`` tokenizer over the message's text
   with CJK characters spaced apart (the ``chatbot_index_text`` function, which the store registers on every
   connection: store/search_terms.py), so a query's words match whole words and its Chinese matches as
-  character phrases; ``bm25`` ranks.
+  character phrases; ``bm25`` ranks. ``message_search_vocab`` (fts5vocab) counts the messages holding each
+  word, so that a search can leave out words too common to rank by.
 * PostgreSQL: ``message_search`` keeps its text and gains a generated ``terms`` tsvector (the ``simple``
   configuration over the same spacing, done in SQL) with a GIN index; ``ts_rank`` ranks. The pg_trgm index
   of 0002 is dropped: nothing searches with ILIKE any more.
@@ -55,6 +56,8 @@ def upgrade() -> None:
             END""")
         op.execute("CREATE TRIGGER message_search_delete AFTER DELETE ON messages "
                    "BEGIN DELETE FROM message_search WHERE rowid = old.id; END")
+        # how many messages hold each word: a search leaves out words too common to rank by
+        op.execute("CREATE VIRTUAL TABLE message_search_vocab USING fts5vocab(message_search, 'row')")
         op.execute(f"INSERT INTO message_search (rowid, text) SELECT id, chatbot_index_text(t) FROM "
                    f"(SELECT m.id AS id, {SQLITE_TEXT} AS t FROM messages m WHERE {ROLES}) WHERE t <> ''")
         return
@@ -66,6 +69,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Back to 0002's index: on SQLite the trigram table is filled again; on PostgreSQL the column goes."""
     if op.get_bind().dialect.name == "sqlite":
+        op.execute("DROP TABLE IF EXISTS message_search_vocab")
         op.execute("DROP TRIGGER IF EXISTS message_search_insert")
         op.execute("DROP TRIGGER IF EXISTS message_search_delete")
         op.execute("DROP TABLE IF EXISTS message_search")
