@@ -39,6 +39,8 @@ NEIGHBOUR_CHARS = 160
 #: A word is too common to rank by when more messages than this hold it, and more than COMMON_SHARE of all.
 COMMON_MESSAGES = 1000
 COMMON_SHARE = 0.05
+#: PostgreSQL: a session of at most this many messages is searched row by row, not through the index.
+SMALL_SESSION = 5000
 #: A neighbour is the nearest user or assistant text within this many messages (tool calls lie between).
 NEIGHBOUR_REACH = 4
 
@@ -124,7 +126,7 @@ def _rare_enough(conn: Connection, terms: list[str]) -> list[str]:
     return [t for t in terms if max(docs.get(w, 0) for w in t.split()) <= cap] or terms
 
 
-def _postgres_ranking(terms: list[str]) -> str:
+def _postgres_ranking(terms: list[str], small_session: bool) -> str:
     """PostgreSQL's ranking: each query term weighs its idf in the session (bm25's weight, which ``ts_rank``
     lacks: a name that every message holds would count as much as the one word that answers), then
     ``ts_rank_cd`` (how closely the message holds the terms), then the newer message.
@@ -133,6 +135,10 @@ def _postgres_ranking(terms: list[str]) -> str:
     plan, which cannot see the terms and scans the index for all of them (100-300 ms at 700 messages where
     a plan for the terms at hand takes 10-20 ms). A term is letters, digits and spaces only
     (store/search_terms.py), checked here, so it cannot end its quotes.
+
+    The GIN index finds a term's messages in every session; for a session of up to
+    :data:`SMALL_SESSION` messages, reading the session's own rows and testing each is cheaper
+    (1-2 ms at 700 messages, where the index took 70 ms beside a session of 100,000).
     """
     if not all(_SAFE_TERM.fullmatch(t) for t in terms):
         raise ValueError(f"unexpected characters in search terms {terms!r}")
@@ -142,10 +148,15 @@ def _postgres_ranking(terms: list[str]) -> str:
     idf = ", ".join(f"ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}" for i in range(n))
     weight = " + ".join(f"CASE WHEN terms @@ q{i} THEN w{i} ELSE 0 END" for i in range(n))
     every = " || ".join(f"q{i}" for i in range(n))
-    return (f"WITH qs AS (SELECT {queries}), "
-            f"hit AS MATERIALIZED (SELECT m.seq, m.role, m.created_at, m.content, s.terms "
-            f"FROM qs, {SEARCH_TABLE} s JOIN messages m ON m.id = s.message_id "
-            f"WHERE s.terms @@ ({every}) AND m.session_id = :sid AND m.seq < :before), "
+    if small_session:  # the session's own rows first: the index would return every session's matches
+        hit = (f"SELECT m.seq, m.role, m.created_at, m.content, s.terms FROM qs, messages m, "
+               f"LATERAL (SELECT terms FROM {SEARCH_TABLE} WHERE message_id = m.id OFFSET 0) s "
+               f"WHERE m.session_id = :sid AND m.seq < :before AND s.terms @@ ({every})")
+    else:
+        hit = (f"SELECT m.seq, m.role, m.created_at, m.content, s.terms "
+               f"FROM qs, {SEARCH_TABLE} s JOIN messages m ON m.id = s.message_id "
+               f"WHERE s.terms @@ ({every}) AND m.session_id = :sid AND m.seq < :before")
+    return (f"WITH qs AS (SELECT {queries}), hit AS MATERIALIZED ({hit}), "
             f"df AS (SELECT {counts}, (SELECT count(*) FROM messages WHERE session_id = :sid)::float8 AS n "
             f"FROM qs, hit), "
             f"idf AS (SELECT {idf} FROM df), "
@@ -164,7 +175,8 @@ def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, bef
                f"CROSS JOIN messages m ON m.id = s.rowid WHERE {SEARCH_TABLE} MATCH :q AND m.session_id = :sid "
                f"AND m.seq < :before ORDER BY bm25({SEARCH_TABLE}), m.seq DESC LIMIT :cap")
     else:
-        sql = _postgres_ranking(terms)
+        size = conn.execute(text("SELECT count(*) FROM messages WHERE session_id = :sid"), params).scalar_one()
+        sql = _postgres_ranking(terms, size <= SMALL_SESSION)
     stmt = text(sql).columns(created_at=UTCDateTime())
     return list(conn.execute(stmt, params).all())
 

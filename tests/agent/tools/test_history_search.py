@@ -113,6 +113,21 @@ class TestHistorySearch:
         hits = await seeded.search_history(A, "where is the umbrella locker", 3)
         assert hits[0].passage == "I keep my spare umbrella in the blue locker at work"
 
+    async def test_postgres_ranks_alike_through_the_index_or_the_sessions_rows(self, seeded: ConversationStore) -> None:
+        """A large session goes through the GIN index, a small one row by row: the same ranking."""
+        if seeded.dialect != "postgresql":
+            pytest.skip("PostgreSQL's two plans")
+        from store.history_search import _postgres_ranking
+        from store.models import UTCDateTime
+
+        def ranked(conn: Any, small: bool) -> list[int]:
+            stmt = text(_postgres_ranking(query_terms("Lisbon cat 猫"), small)).columns(created_at=UTCDateTime())
+            return [row.seq for row in conn.execute(stmt, {"sid": A, "before": 2**62, "cap": 10})]
+
+        assert await seeded.run(ranked, True) == await seeded.run(ranked, False) == [1, 3, 8]
+        with pytest.raises(ValueError, match="unexpected characters"):
+            _postgres_ranking(["x' OR 1=1 --"], True)
+
     async def test_chinese_short_and_long_queries(self, seeded: ConversationStore) -> None:
         for query in ("汤姆", "猫", "我的猫叫什么", "里斯本"):
             hits = await seeded.search_history(A, query, 10)
