@@ -10,7 +10,8 @@ only: no summaries, no memory files, no embeddings.
 
 Then one session is filled with ``--scale`` turns (the conversations' turns repeated, each copy numbered)
 to time the index (milliseconds per 1,000 turns stored, bytes per turn on SQLite) and the search at that
-size (median of the questions' searches).
+size (median of the questions' searches). On PostgreSQL the planner's statistics are gathered (ANALYZE)
+after each filling, as autovacuum does in a running deployment.
 
 The data is not part of the project (its authors publish it for research evaluation): pass the path of
 ``locomo10.json`` from the dataset's repository, or of a gzipped copy.
@@ -35,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import text  # noqa: E402
 
 from store.conversations import ConversationStore, SessionInfo  # noqa: E402
 
@@ -73,15 +76,22 @@ async def store_turns(store: ConversationStore, session_id: str, items: list[dic
     return seqs
 
 
+async def analyze(store: ConversationStore) -> None:
+    """PostgreSQL: gather the planner's statistics, as autovacuum does soon after a table grows."""
+    if store.dialect == "postgresql":
+        await store.run(lambda conn: conn.execute(text("ANALYZE")))
+
+
 async def recall(store: ConversationStore, data: list[dict[str, Any]]) -> tuple[dict[int, list[tuple[bool, bool]]],
                                                                                    list[float], list[str]]:
     """Per category, (found in top 5, found in top 10) for each question; search times in ms; the questions."""
     found: dict[int, list[tuple[bool, bool]]] = defaultdict(list)
     times: list[float] = []
     questions: list[str] = []
-    for conversation in data:
-        sid = f"locomo:{conversation['sample_id']}"
-        seqs = await store_turns(store, sid, turns(conversation))
+    stored = [(f"locomo:{c['sample_id']}", c, await store_turns(store, f"locomo:{c['sample_id']}", turns(c)))
+              for c in data]
+    await analyze(store)
+    for sid, conversation, seqs in stored:
         for qa in conversation["qa"]:
             wanted = {seqs[d] for d in evidence_ids(qa) if d in seqs}
             if not wanted:
@@ -107,6 +117,7 @@ async def scale(store: ConversationStore, data: list[dict[str, Any]], n: int,
         await store.append(sid, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')} (copy {i})"}
                                  for i, t in enumerate(batch, start=start)])
     per_thousand = (time.perf_counter() - started) * 1000 / (n / 1000)
+    await analyze(store)
     times = []
     for question in questions:
         started = time.perf_counter()
