@@ -165,6 +165,20 @@ def _postgres_ranking(terms: list[str], small_session: bool) -> str:
             f"ORDER BY score DESC, ts_rank_cd(terms, {every}, 1) DESC, seq DESC LIMIT :cap")
 
 
+def _postgres_rare_enough(conn: Connection, terms: list[str]) -> list[str]:
+    """PostgreSQL, a large session: the terms without those too common to rank by (as on SQLite, see
+    :func:`_rare_enough`); a term's messages are counted through the index up to the limit only."""
+    if not all(_SAFE_TERM.fullmatch(t) for t in terms):
+        raise ValueError(f"unexpected characters in search terms {terms!r}")
+    total = conn.execute(text("SELECT greatest(reltuples, 0) FROM pg_class WHERE relname = :t"),
+                         {"t": SEARCH_TABLE}).scalar() or 0
+    cap = int(max(COMMON_MESSAGES, total * COMMON_SHARE))
+    counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} WHERE terms @@ "
+                       f"phraseto_tsquery('simple', '{t}') LIMIT {cap + 1}) x{i})" for i, t in enumerate(terms))
+    held = conn.execute(text(f"SELECT {counts}")).one()
+    return [t for t, n in zip(terms, held, strict=True) if n <= cap] or terms
+
+
 def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, before_seq: int | None) -> list[Any]:
     params: dict[str, Any] = {"sid": session_id, "cap": limit, "before": before_seq or 2**62}
     if conn.dialect.name == "sqlite":
@@ -176,7 +190,8 @@ def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, bef
                f"AND m.seq < :before ORDER BY bm25({SEARCH_TABLE}), m.seq DESC LIMIT :cap")
     else:
         size = conn.execute(text("SELECT count(*) FROM messages WHERE session_id = :sid"), params).scalar_one()
-        sql = _postgres_ranking(terms, size <= SMALL_SESSION)
+        small = size <= SMALL_SESSION
+        sql = _postgres_ranking(terms if small else _postgres_rare_enough(conn, terms), small)
     stmt = text(sql).columns(created_at=UTCDateTime())
     return list(conn.execute(stmt, params).all())
 
