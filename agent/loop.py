@@ -315,8 +315,9 @@ class Agent:
             if tool is None:
                 raise LookupError(f"unknown tool {name!r}; available: {', '.join(self.tools.names())}")
             args = parse_arguments(arguments)
+            turns = state.turns()
             ctx = ToolContext(session_id=state.session_id, config=self.config(),
-                              data_dir=self.config().data_path())
+                              data_dir=self.config().data_path(), turn_start_seq=turns[-1].first_seq if turns else 0)
             text = await tool.call(ctx, args)
         except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, the turn goes on
             logger.warning("session %s: tool %s failed: %s", state.session_id, name, exc)

@@ -1,4 +1,4 @@
-"""Facts that survive a lossy summariser: 300 turns in English and Chinese with 60 planted facts, through app.py.
+"""Facts that survive a lossy summariser: 300 turns in English and Chinese with 90 planted facts, through app.py.
 
 The real app (``python app.py``, terminal channel, stdin piped) talks to the fake OpenAI server on loopback.
 Its summariser deliberately drops half of the planted facts and invents one per summary. The conversation
@@ -42,15 +42,27 @@ FILLERS = ["Tell me a short joke.", "What is a good name for a plant?", "How are
            "Explain recursion in one line.", "ok thanks", "今天天气怎么样？", "给我讲个笑话吧。", "谢谢，好的。",
            "Any tips for sleeping better?", "推荐一本书吧。"]
 INVENTED = "- The user is going to the party tomorrow"
+ZH_DISTRICTS = ["杭州西湖区", "成都武侯区", "西安雁塔区", "厦门思明区", "青岛市南区", "昆明五华区", "苏州姑苏区",
+                "大连中山区", "长沙岳麓区", "南京鼓楼区"]
+ZH_EMPLOYERS = ["阿里巴巴", "腾讯", "华为", "京东", "美团", "字节跳动", "百度", "小米", "网易", "携程"]
+EN_JOBS = ["nurse at the city hospital", "baker at a small bakery", "teacher at the primary school",
+           "driver for the bus company", "cook at a noodle bar", "clerk at the post office",
+           "gardener at the botanical garden", "mechanic at a bike shop", "pharmacist at the corner pharmacy",
+           "librarian at the public library"]
+#: The kinds planted since the check learnt statements about the user (DESIGN §3): Chinese places and employers,
+#: and lowercase English jobs; the other kinds are names, cities and numbers.
+NEW_KINDS = (6, 7, 8)
 
 
 #: A natural question for each kind of planted fact, in the order planted_facts() plants them.
 QUESTIONS = ["who is my best friend at work?", "where do I fly next month for the conference?",
-             "what is my gym locker code?", "我的朋友叫什么？", "我下个月住在哪里？", "我的房间号是多少？"]
+             "what is my gym locker code?", "我的朋友叫什么？", "我下个月住在哪里？", "我的房间号是多少？",
+             "我家住在哪个区？", "我在哪家公司工作？", "what is my job?"]
 
 
 def planted_facts() -> list[tuple[str, str]]:
-    """60 (sentence, key) pairs: the key is the word that must survive (a name, a city or a number)."""
+    """90 (sentence, key) pairs: the key is what must survive (a name, a city, a number, a place, an employer,
+    a job)."""
     facts: list[tuple[str, str]] = []
     for i in range(10):
         facts.append((f"My colleague {EN_NAMES[i]} is my best friend at work.", EN_NAMES[i]))
@@ -59,16 +71,19 @@ def planted_facts() -> list[tuple[str, str]]:
         facts.append((f"我的朋友叫{ZH_NAMES[i]}，我们经常见面。", ZH_NAMES[i]))
         facts.append((f"我下个月住在{ZH_CITIES[i]}。", ZH_CITIES[i]))
         facts.append((f"我的房间号是{700 + 13 * i}号。", str(700 + 13 * i)))
+        facts.append((f"我住在{ZH_DISTRICTS[i]}。", ZH_DISTRICTS[i]))
+        facts.append((f"我在{ZH_EMPLOYERS[i]}工作。", ZH_EMPLOYERS[i]))
+        facts.append((f"i work as a {EN_JOBS[i]}", EN_JOBS[i]))
     return facts
 
 
 def script(turns: int) -> list[str]:
-    """The user's lines: a planted fact every fifth turn, fillers in between."""
+    """The user's lines: a planted fact every third turn, fillers in between."""
     facts = planted_facts()
     lines = []
     for t in range(turns):
-        if t % 5 == 0 and t // 5 < len(facts):
-            lines.append(facts[t // 5][0])
+        if t % 3 == 0 and t // 3 < len(facts):
+            lines.append(facts[t // 3][0])
         else:
             lines.append(FILLERS[t % len(FILLERS)])
     return lines
@@ -128,6 +143,8 @@ def measure(folder: Path) -> dict[str, float]:
     in_context = (summary or "") + "\n" + "\n".join(context)
     # the facts that left the context: only these can be expected in the memory files
     left = [k for k in keys if any(k in json.loads(c)["content"] for c in dropped)]
+    kinds = len(QUESTIONS)
+    new = {key for i, (_, key) in enumerate(planted_facts()) if i % kinds in NEW_KINDS}
     memory = folder / "data" / "memory" / "terminal_local"
     files = "\n".join(p.read_text(encoding="utf-8") for p in sorted(memory.glob("????-??-??.md")))
     without_kept = "\n".join(line for line in files.splitlines() if "(kept)" not in line)
@@ -140,6 +157,7 @@ def measure(folder: Path) -> dict[str, float]:
         "memory_files_of_all": share(keys, files),
         "memory_files_of_those_dropped": share(left, files),
         "memory_files_without_check": share(left, without_kept),
+        "new_kinds_of_those_dropped": share([k for k in left if k in new], files),
         "check_kept_share": found / total if total else 1.0,
         "invented_lines_in_files": files.count(INVENTED),
         "sections": files.count("\n## "),

@@ -129,6 +129,23 @@ def _set_vectors(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Store new vectors (``row_id``, ``new_model``, ``new_dim``, ``new_vector``) for existing passages."""
     conn.execute(update(_CHUNKS).where(_C.id == bindparam("row_id")).values(
         model=bindparam("new_model"), dim=bindparam("new_dim"), vector=bindparam("new_vector")), rows)
+def _sync_source(conn: Connection, session_id: str, source: str, texts: list[str]) -> tuple[int, list[str]]:
+    """Delete the passages of ``source`` it no longer holds; return ``(deleted, texts not indexed yet)``."""
+    stored = conn.execute(select(_C.id, _C.text).where(_C.session_id == session_id, _C.source == source)).all()
+    wanted = set(texts)
+    stale = [row_id for row_id, text in stored if text not in wanted]
+    for start in range(0, len(stale), 500):
+        conn.execute(delete(_CHUNKS).where(_C.id.in_(stale[start:start + 500])))
+    seen: set[str] = set()
+    for start in range(0, len(texts), 500):
+        seen.update(conn.execute(select(_C.text).where(
+            _C.session_id == session_id, _C.text.in_(texts[start:start + 500]))).scalars())
+    return len(stale), [t for t in texts if t not in seen]
+
+
+def _drop_sources(conn: Connection, session_id: str, keep: list[str]) -> int:
+    """Delete the passages of files that are gone (any source not in ``keep``)."""
+    return conn.execute(delete(_CHUNKS).where(_C.session_id == session_id, _C.source.not_in(keep))).rowcount or 0
 
 
 def _models(conn: Connection, session_id: str) -> dict[str, int]:
@@ -147,6 +164,8 @@ class MemoryIndex:
         self.embedder_settings: tuple[str, ...] | None = None
         #: indexing running in the background (:meth:`add` of what was just written)
         self.pending: set[asyncio.Task] = set()
+        #: per session, each memory file's (modification time, size) when this process last indexed it
+        self._synced: dict[str, dict[str, tuple[int, int]]] = {}
 
     @property
     def model_name(self) -> str:
@@ -197,6 +216,7 @@ class MemoryIndex:
             kind = "note" if path.name == LONG_TERM_FILE else "summary"
             text = path.read_text(encoding="utf-8", errors="replace")
             items.extend((path.name, kind, chunk) for chunk in dict.fromkeys(chunk_text(text)))
+        self.forget(session_id)
         rows = await self._rows(session_id, items)
         removed, indexed = await self.store.run(_replace, session_id, rows)
         logger.info("session %s: memory index rebuilt (%d passages, was %d)", session_id, indexed, removed)
@@ -213,6 +233,47 @@ class MemoryIndex:
             {"row_id": row.id, "new_model": self.model_name, "new_dim": int(vector.shape[0]),
              "new_vector": to_bytes(vector)} for row, vector in zip(rows, vectors, strict=True)])
         return len(rows)
+    def _signatures(self, session_id: str) -> dict[str, tuple[int, int]]:
+        found = {}
+        for path in self.files(session_id):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            found[path.name] = (st.st_mtime_ns, st.st_size)
+        return found
+
+    async def sync(self, session_id: str) -> int:
+        """Bring the session's index in step with its files (an operator may edit MEMORY.md while the bot
+        runs): each file changed since this process last looked is indexed again, only its new passages
+        embedded, passages it no longer holds deleted, and the passages of deleted files dropped. Returns
+        how many passages were added or deleted."""
+        now = await asyncio.to_thread(self._signatures, session_id)
+        before = self._synced.get(session_id)
+        if before == now:
+            return 0
+        changed = 0
+        if before is None or set(before) - set(now):
+            changed += await self.store.run(_drop_sources, session_id, list(now))
+        for name, signature in now.items():
+            if before is not None and before.get(name) == signature:
+                continue
+            path = self.memory.session_dir(session_id) / name
+            kind = "note" if name == LONG_TERM_FILE else "summary"
+            text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
+            deleted, fresh = await self.store.run(_sync_source, session_id, name, list(dict.fromkeys(chunk_text(text))))
+            added = await self.store.run(_insert_new, session_id,
+                                         await self._rows(session_id, [(name, kind, t) for t in fresh])) if fresh else 0
+            changed += deleted + added
+        self._synced[session_id] = now
+        if changed:
+            logger.info("session %s: memory index in step with the files (%d passages added or deleted)",
+                        session_id, changed)
+        return changed
+
+    def forget(self, session_id: str) -> None:
+        """Forget what this process knew of the session's files (after /forget or a rebuild)."""
+        self._synced.pop(session_id, None)
 
     async def stamp(self, session_id: str) -> tuple[int, int]:
         """A cheap version of the session's index (count and newest id)."""

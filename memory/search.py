@@ -173,8 +173,6 @@ class MemorySearch:
         self.index = index
         self._cache: OrderedDict[str, tuple[tuple[int, int, str], Corpus]] = OrderedDict()
         self._lock = asyncio.Lock()
-        #: sessions whose empty index was filled from their files once (memory written before indexing)
-        self._backfilled: set[str] = set()
         #: sessions whose passages of another model could not be embedded again (not retried by this process)
         self._refresh_failed: set[str] = set()
 
@@ -197,18 +195,17 @@ class MemorySearch:
     def forget(self, session_id: str) -> None:
         """Drop the session's cached corpus (after /forget)."""
         self._cache.pop(session_id, None)
-        self._backfilled.discard(session_id)
+        self.index.forget(session_id)
 
     async def search(self, session_id: str, query: str, k: int = TOP_K, *, semantic: bool = True) -> list[Passage]:
         """The ``k`` best passages of this session for ``query``; keywords only when ``semantic`` is false or off."""
         if not query.strip():
             return []
+        # A file changed outside the bot is searched as it is now. Deletions can leave the index's stamp as it
+        # was (SQLite reuses the highest freed id), so a sync that changed anything drops the cached corpus.
+        if await self.index.sync(session_id):
+            self._cache.pop(session_id, None)
         corpus = await self.corpus(session_id)
-        if not corpus.rows and session_id not in self._backfilled:
-            self._backfilled.add(session_id)
-            if await asyncio.to_thread(self.index.files, session_id):
-                await self.index.rebuild(session_id)
-                corpus = await self.corpus(session_id)
         if not corpus.rows:
             return []
         embedder = self.index.embedder

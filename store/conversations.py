@@ -341,10 +341,12 @@ class ConversationStore:
             return OpenedSession(record, await self.load_tail(info.session_id, record.context_start_seq, limit), None)
         return OpenedSession(record, [StoredMessage(seq, content) for seq, content in reversed(rows)], waiting)
 
-    async def search_history(self, session_id: str, query: str, limit: int = 10) -> list[HistoryHit]:
-        """Full-text search of this session's whole stored history (user and assistant text), best first."""
+    async def search_history(self, session_id: str, query: str, limit: int = 10,
+                             before_seq: int | None = None) -> list[HistoryHit]:
+        """Full-text search of this session's stored history (user and assistant text), most relevant first;
+        ``before_seq``: only the messages before it (the turn being answered starts there)."""
         assert self.database is not None, "store is not open"
-        return await self.database.run_long(search_history, session_id, query, limit)
+        return await self.database.run_long(search_history, session_id, query, limit, before_seq)
 
     # --- inbox: dedup and crash resume ---------------------------------------------------
     async def record_incoming(self, channel: str, message_id: str, session_id: str,

@@ -38,6 +38,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import QueuePool
 
+from store.search_terms import SQL_FUNCTION, index_text
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -298,6 +300,8 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA busy_timeout=0")  # never wait on the loop's thread; SQLiteDatabase._run_waiting waits
     cur.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run in the worker (SQLiteDatabase._committed)
     cur.close()
+    # the history-search trigger (migration 0006) indexes a message's text through it
+    dbapi_conn.create_function(SQL_FUNCTION, 1, index_text, deterministic=True)
 
 
 def _sqlite_begin(conn: Any) -> None:

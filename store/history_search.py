@@ -1,20 +1,21 @@
 """Full-text search over a session's stored messages (the ``history_search`` tool, DESIGN §1.8).
 
 Only what people said is indexed: the text of user and assistant messages, not tool results or tool-call
-arguments. Triggers on ``messages`` (migration 0002) write a message's entry in the transaction that
-stores it and delete it with the message, so cleanup and forgetting a session remove it too.
+arguments. Triggers on ``messages`` (migrations 0002 and 0006) write a message's entry in the transaction
+that stores it and delete it with the message, so cleanup and forgetting a session remove it too.
 
-* SQLite: FTS5 with the trigram tokenizer, which needs at least three characters per term; shorter terms
-  (a two-character Chinese word, "Tom" is fine) are matched with ``LIKE`` over the session's own rows.
-* PostgreSQL: ``ILIKE`` over the session's rows, backed by a pg_trgm index when the extension exists.
-
-A query is split into terms: words, and overlapping two-character pieces of Chinese/Japanese/Korean runs
-(which have no spaces). A message matches when it holds any term; the ones holding most terms come first,
-newest first among equals.
+Every message of the session is ranked by relevance, in the database: ``bm25`` of SQLite's FTS5; on
+PostgreSQL, over a GIN-indexed tsvector, the sum of the matching terms' idf in the session (bm25's
+weight, which ``ts_rank`` lacks), then ``ts_rank_cd`` (cover density); the newer message wins a tie. A
+query's words match whole words ("her" is not in "others") and its Chinese matches as two-character
+phrases (store/search_terms.py). A hit comes with the part of the message that holds most of the query's terms,
+and with the turns before and after it; the messages of the turn being answered are left out, so the
+question is never its own answer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -25,29 +26,47 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from store.models import UTCDateTime
+from store.search_terms import query_terms, term_pattern
 
 logger = logging.getLogger(__name__)
 
 #: The index table (a virtual FTS5 table on SQLite, whose shadow tables share the prefix).
 SEARCH_TABLE = "message_search"
-#: Candidate messages read per search, newest first, before ranking.
-CANDIDATES = 500
-#: Characters of context kept on each side of a match.
-CONTEXT_CHARS = 120
-MAX_TERMS = 16
+#: A passage shows at most this many characters of the message (the whole message when it is shorter).
+PASSAGE_CHARS = 360
+#: A neighbouring turn shows at most this many characters.
+NEIGHBOUR_CHARS = 160
+#: A word is too common to rank by when more messages than this hold it, and more than COMMON_SHARE of all.
+COMMON_MESSAGES = 1000
+COMMON_SHARE = 0.05
+#: PostgreSQL: a session of at most this many messages is searched row by row, not through the index.
+SMALL_SESSION = 5000
+#: A neighbour is the nearest user or assistant text within this many messages (tool calls lie between).
+NEIGHBOUR_REACH = 4
 
-_WORD = re.compile(r"[^\W_]+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A turn next to a hit: who said it and its beginning."""
+
+    seq: int
+    role: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryHit:
-    """One matching message: when, who, and the passage around the match."""
+    """One matching message: when, who, the passage that matches, and the turns around it."""
 
     seq: int
     role: str
     created_at: datetime
     passage: str
+    before: Neighbour | None = None
+    after: Neighbour | None = None
+
+
+_SAFE_TERM = re.compile(r"[^\W_]+(?: [^\W_]+)*")
 
 
 def is_search_table(name: str) -> bool:
@@ -55,71 +74,161 @@ def is_search_table(name: str) -> bool:
     return name == SEARCH_TABLE or name.startswith(f"{SEARCH_TABLE}_")
 
 
-def search_terms(query: str) -> list[str]:
-    """The lower-cased terms of a query: words, and two-character pieces of CJK runs."""
-    terms: list[str] = []
-    for word in _WORD.findall(query.lower()):
-        pos = 0
-        for run in _CJK.finditer(word):
-            terms.extend(p for p in _WORD.findall(word[pos:run.start()]))
-            chars = run.group()
-            terms.extend([chars] if len(chars) <= 2 else [chars[i:i + 2] for i in range(len(chars) - 1)])
-            pos = run.end()
-        terms.extend(_WORD.findall(word[pos:]))
-    unique = list(dict.fromkeys(terms))
-    long = [t for t in unique if len(t) > 1 or _CJK.match(t)]
-    return (long or unique)[:MAX_TERMS]
+def message_text(content: Any) -> str:
+    """The text of a stored message (``messages.content``): its string, or its text parts joined."""
+    if isinstance(content, str):
+        try:
+            content = json.loads(content)
+        except ValueError:
+            return content
+    body = content.get("content") if isinstance(content, dict) else None
+    if isinstance(body, str):
+        return body.strip()
+    if isinstance(body, list):
+        return "\n".join(p["text"] for p in body if isinstance(p, dict) and isinstance(p.get("text"), str)).strip()
+    return ""
 
 
-def _like(term: str) -> str:
-    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+def passage(body: str, terms: list[str], width: int = PASSAGE_CHARS) -> str:
+    """The ``width`` characters of ``body`` that hold the most distinct query terms (all of a short body)."""
+    flat = " ".join(body.split())
+    if len(flat) <= width:
+        return flat
+    spots = sorted((m.start(), i) for i, t in enumerate(terms) for m in term_pattern(t).finditer(flat))
+    best, best_start = -1, 0
+    for start, _ in spots:
+        covered = {i for at, i in spots if start <= at < start + width}
+        if len(covered) > best:
+            best, best_start = len(covered), start
+    # start a little before the first matching term, at a word boundary
+    start = max(0, best_start - width // 6)
+    if start:
+        space = flat.rfind(" ", 0, start + 1)
+        start = space + 1 if space > best_start - width // 3 else start
+    end = min(len(flat), start + width)
+    return ("…" if start else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")
 
 
-def _candidates(conn: Connection, session_id: str, terms: list[str]) -> list[Any]:
-    params: dict[str, Any] = {"sid": session_id, "cap": CANDIDATES}
-    tests = []
-    if conn.dialect.name == "sqlite":
-        fts = [t for t in terms if len(t) >= 3]  # the trigram tokenizer's minimum
-        if fts:
-            params["fts"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in fts)
-            tests.append(f"s.rowid IN (SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH :fts)")
-        for i, term in enumerate(t for t in terms if len(t) < 3):
-            params[f"p{i}"] = _like(term)
-            tests.append(f"s.text LIKE :p{i} ESCAPE '\\'")
-        join = f"JOIN {SEARCH_TABLE} s ON s.rowid = m.id"
+def _rare_enough(conn: Connection, terms: list[str]) -> list[str]:
+    """The terms without those too common to rank by (SQLite; all of them when nothing else is left).
+
+    Ranking a word that thousands of messages hold costs a score for each of them and changes little: its
+    weight (bm25's idf) is small. Beyond :data:`COMMON_MESSAGES` and :data:`COMMON_SHARE` of the index
+    such a word is left out, which keeps a search at 100,000 messages fast.
+    """
+    words = sorted({w for t in terms for w in t.split()})
+    rows = conn.execute(text(f"SELECT term, doc FROM {SEARCH_TABLE}_vocab WHERE term IN "
+                             f"({', '.join(f':w{i}' for i in range(len(words)))})"),
+                        {f"w{i}": w for i, w in enumerate(words)}).all()
+    docs = dict(rows)
+    total = conn.execute(text(f"SELECT count(*) FROM {SEARCH_TABLE}")).scalar_one()
+    cap = max(COMMON_MESSAGES, total * COMMON_SHARE)
+    return [t for t in terms if max(docs.get(w, 0) for w in t.split()) <= cap] or terms
+
+
+def _postgres_ranking(terms: list[str], small_session: bool) -> str:
+    """PostgreSQL's ranking: each query term weighs its idf in the session (bm25's weight, which ``ts_rank``
+    lacks: a name that every message holds would count as much as the one word that answers), then
+    ``ts_rank_cd`` (how closely the message holds the terms), then the newer message.
+
+    The terms are written into the statement, not bound: a statement the driver prepares gets a generic
+    plan, which cannot see the terms and scans the index for all of them (100-300 ms at 700 messages where
+    a plan for the terms at hand takes 10-20 ms). A term is letters, digits and spaces only
+    (store/search_terms.py), checked here, so it cannot end its quotes.
+
+    The GIN index finds a term's messages in every session; for a session of up to
+    :data:`SMALL_SESSION` messages, reading the session's own rows and testing each is cheaper
+    (1-2 ms at 700 messages, where the index took 70 ms beside a session of 100,000).
+    """
+    if not all(_SAFE_TERM.fullmatch(t) for t in terms):
+        raise ValueError(f"unexpected characters in search terms {terms!r}")
+    n = len(terms)
+    queries = ", ".join(f"phraseto_tsquery('simple', '{t}') AS q{i}" for i, t in enumerate(terms))
+    counts = ", ".join(f"count(*) FILTER (WHERE terms @@ q{i})::float8 AS d{i}" for i in range(n))
+    idf = ", ".join(f"ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}" for i in range(n))
+    weight = " + ".join(f"CASE WHEN terms @@ q{i} THEN w{i} ELSE 0 END" for i in range(n))
+    every = " || ".join(f"q{i}" for i in range(n))
+    if small_session:  # the session's own rows first: the index would return every session's matches
+        hit = (f"SELECT m.seq, m.role, m.created_at, m.content, s.terms FROM qs, messages m, "
+               f"LATERAL (SELECT terms FROM {SEARCH_TABLE} WHERE message_id = m.id OFFSET 0) s "
+               f"WHERE m.session_id = :sid AND m.seq < :before AND s.terms @@ ({every})")
     else:
-        for i, term in enumerate(terms):
-            params[f"p{i}"] = _like(term)
-            tests.append(f"s.text ILIKE :p{i} ESCAPE '\\'")
-        join = f"JOIN {SEARCH_TABLE} s ON s.message_id = m.id"
-    sql = (f"SELECT m.seq, m.role, m.created_at, s.text FROM messages m {join} "
-           f"WHERE m.session_id = :sid AND ({' OR '.join(tests)}) ORDER BY m.seq DESC LIMIT :cap")
+        hit = (f"SELECT m.seq, m.role, m.created_at, m.content, s.terms "
+               f"FROM qs, {SEARCH_TABLE} s JOIN messages m ON m.id = s.message_id "
+               f"WHERE s.terms @@ ({every}) AND m.session_id = :sid AND m.seq < :before")
+    return (f"WITH qs AS (SELECT {queries}), hit AS MATERIALIZED ({hit}), "
+            f"df AS (SELECT {counts}, (SELECT count(*) FROM messages WHERE session_id = :sid)::float8 AS n "
+            f"FROM qs, hit), "
+            f"idf AS (SELECT {idf} FROM df), "
+            f"scored AS (SELECT seq, role, created_at, content, terms, {weight} AS score FROM hit, qs, idf) "
+            f"SELECT seq, role, created_at, content FROM scored, qs "
+            f"ORDER BY score DESC, ts_rank_cd(terms, {every}, 1) DESC, seq DESC LIMIT :cap")
+
+
+def _postgres_rare_enough(conn: Connection, terms: list[str]) -> list[str]:
+    """PostgreSQL, a large session: the terms without those too common to rank by (as on SQLite, see
+    :func:`_rare_enough`); a term's messages are counted through the index up to the limit only."""
+    if not all(_SAFE_TERM.fullmatch(t) for t in terms):
+        raise ValueError(f"unexpected characters in search terms {terms!r}")
+    total = conn.execute(text("SELECT greatest(reltuples, 0) FROM pg_class WHERE relname = :t"),
+                         {"t": SEARCH_TABLE}).scalar() or 0
+    cap = int(max(COMMON_MESSAGES, total * COMMON_SHARE))
+    counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} WHERE terms @@ "
+                       f"phraseto_tsquery('simple', '{t}') LIMIT {cap + 1}) x{i})" for i, t in enumerate(terms))
+    held = conn.execute(text(f"SELECT {counts}")).one()
+    return [t for t, n in zip(terms, held, strict=True) if n <= cap] or terms
+
+
+def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, before_seq: int | None) -> list[Any]:
+    params: dict[str, Any] = {"sid": session_id, "cap": limit, "before": before_seq or 2**62}
+    if conn.dialect.name == "sqlite":
+        params["q"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in _rare_enough(conn, terms))
+        # CROSS JOIN keeps the index as the outer loop: given the choice, SQLite's planner walks the session's
+        # messages by (session_id, seq) and probes the index for each (seconds at 100,000 messages, not 1 ms)
+        sql = (f"SELECT m.seq, m.role, m.created_at, m.content FROM {SEARCH_TABLE} s "
+               f"CROSS JOIN messages m ON m.id = s.rowid WHERE {SEARCH_TABLE} MATCH :q AND m.session_id = :sid "
+               f"AND m.seq < :before ORDER BY bm25({SEARCH_TABLE}), m.seq DESC LIMIT :cap")
+    else:
+        size = conn.execute(text("SELECT count(*) FROM messages WHERE session_id = :sid"), params).scalar_one()
+        small = size <= SMALL_SESSION
+        sql = _postgres_ranking(terms if small else _postgres_rare_enough(conn, terms), small)
     stmt = text(sql).columns(created_at=UTCDateTime())
     return list(conn.execute(stmt, params).all())
 
 
-def passage(body: str, terms: list[str]) -> str:
-    """The part of ``body`` around its first matching term."""
-    low = body.lower()
-    found = [(low.find(t), t) for t in terms if t in low]
-    if not found:
-        return body[:2 * CONTEXT_CHARS]
-    at, term = min(found)
-    start = max(0, at - CONTEXT_CHARS)
-    end = min(len(body), at + len(term) + CONTEXT_CHARS)
-    return ("…" if start else "") + body[start:end].replace("\n", " ") + ("…" if end < len(body) else "")
+def _neighbours(conn: Connection, session_id: str, seqs: set[int]) -> dict[int, Neighbour]:
+    """The user and assistant texts at ``seqs`` (tool calls and results have none, and are skipped)."""
+    if not seqs:
+        return {}
+    rows = conn.execute(text("SELECT seq, role, content FROM messages WHERE session_id = :sid AND seq IN "
+                             f"({', '.join(str(int(s)) for s in sorted(seqs))}) "
+                             "AND role IN ('user', 'assistant')"), {"sid": session_id}).all()
+    found = {}
+    for seq, role, content in rows:
+        body = " ".join(message_text(content).split())
+        if body:
+            cut = body if len(body) <= NEIGHBOUR_CHARS else body[:NEIGHBOUR_CHARS - 1].rstrip() + "…"
+            found[seq] = Neighbour(seq, role, cut)
+    return found
 
 
-def search_history(conn: Connection, session_id: str, query: str, limit: int) -> list[HistoryHit]:
-    """The session's messages best matching ``query`` (a transaction function for the store)."""
-    terms = search_terms(query)
+def search_history(conn: Connection, session_id: str, query: str, limit: int,
+                   before_seq: int | None = None) -> list[HistoryHit]:
+    """The session's messages best matching ``query``, most relevant first (a transaction function).
+
+    ``before_seq``: only messages before it (the turn being answered starts there).
+    """
+    terms = query_terms(query)
     if not terms:
         return []
-    scored = []
-    for seq, role, created_at, body in _candidates(conn, session_id, terms):
-        low = body.lower()
-        score = sum(1 for t in terms if t in low)
-        if score:
-            scored.append((-score, -seq, HistoryHit(seq, role, created_at, passage(body, terms))))
-    scored.sort(key=lambda item: item[:2])
-    return [hit for *_, hit in scored[:limit]]
+    rows = _ranked(conn, session_id, terms, limit, before_seq)
+    end = before_seq or 2**62
+    wanted = {s for seq, *_ in rows for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
+              if 0 < s < end and s != seq}
+    near = _neighbours(conn, session_id, wanted)
+    hits = []
+    for seq, role, created_at, content in rows:
+        before = next((near[s] for s in range(seq - 1, seq - NEIGHBOUR_REACH - 1, -1) if s in near), None)
+        after = next((near[s] for s in range(seq + 1, seq + NEIGHBOUR_REACH + 1) if s in near), None)
+        hits.append(HistoryHit(seq, role, created_at, passage(message_text(content), terms), before, after))
+    return hits

@@ -19,6 +19,8 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
+from summaries.statements import holds, statements
+
 #: Marks a verbatim line of the user's words appended to a summary.
 KEPT_MARK = "(kept)"
 #: A kept line holds at most this many characters of the user's sentence (around the fact).
@@ -44,7 +46,7 @@ _AMOUNT = re.compile(
 _SPANS = (_URL, _EMAIL, _HANDLE, _DATE, _TIME, _AMOUNT)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _QUOTED = re.compile(r"[\"“「『《]([^\"”」』》\n]{2,60})[\"”」』》]")
-_CJK_CUE = re.compile(r"(?:我叫|名字是|名字叫|叫做|叫|住在|来自|在|是)([\u4e00-\u9fff]{2,4}?)"
+_CJK_CUE = re.compile(r"(?:我叫|名字是|名字叫|叫做|叫|住在|来自|在|是)([\u4e00-\u9fff]{2,8}?)"
                       r"(?=[，。！？,.!?\s的了吗呢]|$)")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 _WORD = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿ][\w'’-]*")
@@ -60,6 +62,14 @@ thanks thank please sorry dear well also just maybe can could would should will 
 is are was were be been am have has had let lets let's tell remember note say said ask give show find make take
 monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday tonight morning evening
 mr mrs ms dr there here all any some every each one two three four five six seven eight nine ten
+wow oh ah aw haha lol omg yay hmm cool great nice awesome amazing same sure yeah yep nope congrats congratulations
+good bye goodbye really true right wait morning night afternoon
+""".split())
+#: Words of an interjection or a greeting: a name after only these, or after a comma at the end, is the person
+#: spoken to ("Wow Jon, same here!", "Thanks, Jon!"), not a fact.
+_INTERJECTIONS = frozenset("""
+wow oh ah aw haha lol omg yay hmm cool great nice awesome amazing same sure yeah yep nope congrats congratulations
+good bye goodbye hi hello hey thanks thank you well morning night afternoon evening dear so ok okay one
 """.split())
 #: A Chinese word starting with one of these is grammar around a word, not the word itself.
 _CJK_FUNCTION = frozenset("在是的了我你他她它这那和与也都就要会去来到把被给对从")
@@ -74,6 +84,8 @@ class Fact:
 
     value: str
     sentence: str
+    #: a statement about the user (summaries/statements.py): the key words a summary must hold, else empty
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +137,19 @@ def _names(sentence: str, known: set[str]) -> list[str]:
     A single capitalised word that opens the sentence counts only when it is capitalised inside a sentence
     somewhere too (``known``): "Mail me at …" is no name, "Tom is my cat" after "I call him Tom" is.
     """
-    return [name for start, name in _name_runs(sentence) if start > 0 or " " in name or name in known]
+    words = [m.group().rstrip("'’").casefold() for m in _WORD.finditer(sentence)]
+    return [name for start, name in _name_runs(sentence)
+            if (start > 0 or " " in name or name in known) and not _spoken_to(sentence, words, start, name)]
+
+
+def _spoken_to(sentence: str, words: list[str], start: int, name: str) -> bool:
+    """True for the name of the person addressed: after nothing but an interjection, or closing the sentence
+    after a comma ("Wow Jon, same here!", "Nice one, Jon!")."""
+    if all(w in _INTERJECTIONS for w in words[:start]):
+        after = sentence[sentence.find(name) + len(name):].lstrip()
+        return start > 0 and (not after or after[0] in ",!.?")
+    before = sentence[:sentence.find(name)].rstrip()
+    return start + len(name.split()) == len(words) and before.endswith(",")
 
 
 def _cjk_recurring(texts: list[str]) -> set[str]:
@@ -177,11 +201,11 @@ def extract_facts(texts: list[str]) -> list[Fact]:
     known = {name for _, plain in sentences for start, name in _name_runs(plain) if start > 0}
     facts: dict[str, Fact] = {}
 
-    def add(value: str, sentence: str) -> None:
+    def add(value: str, sentence: str, keys: tuple[str, ...] = ()) -> None:
         value = value.strip(" .,;:!?，。")
         key = fold(value)
         if (len(key) >= 2 or key.isdigit()) and key not in facts:
-            facts[key] = Fact(value, sentence)
+            facts[key] = Fact(value, sentence, keys)
 
     for sentence, plain in sentences:
         found: list[tuple[int, str]] = []
@@ -198,7 +222,16 @@ def extract_facts(texts: list[str]) -> list[Fact]:
         found += [(sentence.find(word), word) for word in recurring if word in sentence]
         for _, value in sorted(found, key=lambda f: f[0]):
             add(value, sentence)
+        values = [value for _, value in found]
+        for clause, keys in statements(sentence):
+            if not any(value in clause for value in values):  # else the clause's names and numbers stand for it
+                add(clause, sentence, keys)
     return list(facts.values())
+
+
+def _holds(folded_summary: str, fact: Fact) -> bool:
+    """True when the folded summary holds the fact: its value, or most of a statement's key words."""
+    return holds(folded_summary, fact.keys) if fact.keys else _contains(folded_summary, fact.value)
 
 
 def _kept_line(fact: Fact) -> str:
@@ -213,7 +246,7 @@ def check_summary(summary: str, user_texts: list[str]) -> CheckResult:
     """Check ``summary`` against the facts of ``user_texts``; the lines to append put back what it lost."""
     facts = extract_facts(user_texts)
     folded = fold(summary)
-    lost = [f for f in facts if not _contains(folded, f.value)]
+    lost = [f for f in facts if not _holds(folded, f)]
     lines: list[str] = []
     for fact in lost:
         line = _kept_line(fact)

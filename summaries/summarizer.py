@@ -14,8 +14,10 @@ A job covers the messages ``from_seq..through_seq`` of a session that left its c
    holds what is new in these turns. A failed call is retried here, and only here (at most 3 model calls
    per request: :data:`core.retry.SUMMARY_CALL`, the client trying once); then a rule-based fallback
    (see :mod:`summaries.text`) is used.
-5. The summary check (:mod:`summaries.facts`): facts of the users' texts that the summary lost are appended
-   as verbatim ``- (kept) …`` lines; the share kept is logged and remembered for ``/context``.
+5. Lines of the model's summary that quote the user saying what no user text (nor the earlier summary) holds
+   are dropped (:mod:`summaries.quotes`). The summary check (:mod:`summaries.facts`): facts of the users'
+   texts that the summary lost are appended as verbatim ``- (kept) …`` lines; the share kept is logged and
+   remembered for ``/context``.
 6. The result (lines the rolling summary already holds left out) is appended to the session's daily
    memory file; "none" with nothing kept writes nothing.
 7. Except for ``clear``, the result is added to the session's rolling summary (:func:`roll_summary`:
@@ -50,6 +52,7 @@ from store.locks import LocalLocks, Locks
 from store.models import utcnow
 from summaries.facts import CheckResult, check_summary, with_kept_lines
 from summaries.parts import rough_tokens, summarise_entries
+from summaries.quotes import drop_invented_quotes
 from summaries.text import (
     count_turns,
     fallback_summary,
@@ -368,7 +371,14 @@ class Summarizer:
         turns = count_turns(messages)
         earlier, earlier_turns = (None, 0) if job.reason == "clear" else self._current_summary(record)
         summary, fallback = await self._call_model(job, messages)
-        result = check_summary(summary or "", user_texts(messages))
+        texts = user_texts(messages)
+        if summary and not fallback:  # the fallback quotes the users' lines verbatim
+            summary, invented = drop_invented_quotes(summary, [*texts, earlier or ""])
+            if invented:
+                logger.info("summary job %d (session %s): %d line(s) quoting what no user said dropped",
+                            job.id, job.session_id, invented)
+            summary = summary if summary.strip() else None
+        result = check_summary(summary or "", texts)
         self._note_check(job, result, fallback)
         # What is new: the checked summary, without lines the rolling summary already holds.
         text = new_lines(earlier, with_kept_lines(summary or "", result)).strip() or None

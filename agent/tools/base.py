@@ -43,6 +43,8 @@ class ToolContext:
     store: ConversationStore | None = None
     #: the daily memory files, or None
     memory: DailyMemory | None = None
+    #: the first stored message of the turn being answered (0: unknown); searches leave it and later ones out
+    turn_start_seq: int = 0
 
     def with_services(self, services: Services | None) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""

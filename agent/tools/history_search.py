@@ -2,6 +2,7 @@
 
 Unlike ``memory_search`` (the summaries and notes), this reads what was actually said, including turns
 long trimmed or cleared from the context, until cleanup or ``/forget`` deletes them (store/history_search.py).
+The turn being answered is left out: the question is not its own answer.
 
 The store comes with the call's context (``ctx.store``, which the app's plugins fill from its services).
 """
@@ -17,12 +18,13 @@ logger = logging.getLogger(__name__)
 #: Most passages one search returns.
 RESULT_LIMIT = 10
 
+
 @tool
 async def history_search(ctx: ToolContext, query: str) -> str:
     """Search everything said in this conversation (both sides), including turns no longer in your context.
 
-    Returns the best matching messages, one per line: date and time, who said it, and the passage around
-    the match. Any language; words are matched anywhere in a message.
+    Returns the most relevant messages, best first: date and time, who said it, the part of the message
+    that matches, and the turns just before and after it. Any language; words match whole words.
 
     Args:
         query: words to look for, e.g. "Alice flight number" or "猫 名字"
@@ -32,8 +34,16 @@ async def history_search(ctx: ToolContext, query: str) -> str:
     store = ctx.store
     if store is None:
         raise RuntimeError("history_search needs the conversation store in its context")
-    hits = await store.search_history(ctx.session_id, query, RESULT_LIMIT)
+    hits = await store.search_history(ctx.session_id, query, RESULT_LIMIT, before_seq=ctx.turn_start_seq or None)
     if not hits:
         return f"No messages in this conversation's history match {query.strip()!r}."
     zone = ctx.config.zone()
-    return "\n".join(f"{hit.created_at.astimezone(zone):%Y-%m-%d %H:%M} {hit.role}: {hit.passage}" for hit in hits)
+    blocks = []
+    for hit in hits:
+        lines = [f"{hit.created_at.astimezone(zone):%Y-%m-%d %H:%M} {hit.role}: {hit.passage}"]
+        if hit.before is not None:
+            lines.append(f"    before, {hit.before.role}: {hit.before.text}")
+        if hit.after is not None:
+            lines.append(f"    after, {hit.after.role}: {hit.after.text}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)

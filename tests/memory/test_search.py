@@ -16,6 +16,15 @@ from tests.memory.test_index import HashEmbedder
 A, B = "telegram:1", "telegram:2"
 
 
+async def add(index: MemoryIndex, session_id: str, kind: str, text: str, source: str) -> None:
+    """Write ``text`` to the session's file ``source`` (as the bot does), then index it."""
+    folder = index.memory.session_dir(session_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / source).open("a", encoding="utf-8") as f:
+        f.write(text + "\n")
+    await index.add(session_id, kind, text, source)
+
+
 def test_terms_fold_drop_stop_words_and_split_chinese() -> None:
     assert list(terms("What is my Cat's name? Cats!")) == ["cat", "name", "cat"]
     assert list(terms("我的猫叫Tom")) == ["猫", "猫叫", "叫", "tom"]
@@ -30,8 +39,8 @@ def test_fuse_is_reciprocal_rank_fusion() -> None:
 
 async def test_keyword_search_when_semantic_is_off(store, tmp_path: Path) -> None:
     search = MemorySearch(MemoryIndex(store, None, DailyMemory(tmp_path, UTC)))
-    await search.index.add(A, "summary", "- Alice's budget is 2000 EUR.\n- Bob prefers trains.", "2026-03-01.md")
-    await search.index.add(A, "note", "- Alice moved to Lyon.", "MEMORY.md")
+    await add(search.index, A, "summary", "- Alice's budget is 2000 EUR.\n- Bob prefers trains.", "2026-03-01.md")
+    await add(search.index, A, "note", "- Alice moved to Lyon.", "MEMORY.md")
     hits = await search.search(A, "alice budget")
     assert [(h.source, h.date, h.kind, h.text) for h in hits] == [
         ("2026-03-01.md", "2026-03-01", "summary", "Alice's budget is 2000 EUR."),
@@ -43,9 +52,9 @@ async def test_keyword_search_when_semantic_is_off(store, tmp_path: Path) -> Non
 
 async def test_hybrid_finds_by_meaning_with_the_local_model(store, tmp_path: Path) -> None:
     search = MemorySearch(MemoryIndex(store, LocalEmbedder(), DailyMemory(tmp_path, UTC)))
-    await search.index.add(A, "summary", "- My cat is called Tom.\n- The dentist appointment is on Friday.\n"
-                                         "- I work as a nurse in Berlin.", "2026-03-01.md")
-    await search.index.add(B, "summary", "- My dog is called Rex.", "2026-03-01.md")
+    await add(search.index, A, "summary", "- My cat is called Tom.\n- The dentist appointment is on Friday.\n"
+                                          "- I work as a nurse in Berlin.", "2026-03-01.md")
+    await add(search.index, B, "summary", "- My dog is called Rex.", "2026-03-01.md")
     hits = await search.search(A, "what is my pet named?")
     assert hits[0].text == "My cat is called Tom."
     assert all(h.text != "My dog is called Rex." for h in hits)
@@ -55,7 +64,7 @@ async def test_hybrid_finds_by_meaning_with_the_local_model(store, tmp_path: Pat
 
 async def test_vectors_of_another_model_are_not_compared(store, tmp_path: Path) -> None:
     memory = DailyMemory(tmp_path, UTC)
-    await MemoryIndex(store, HashEmbedder(), memory).add(A, "note", "- alpha beta", "MEMORY.md")
+    await add(MemoryIndex(store, HashEmbedder(), memory), A, "note", "- alpha beta", "MEMORY.md")
     other = HashEmbedder()
     other.name = "hash-other"
     search = MemorySearch(MemoryIndex(store, other, memory))
@@ -104,8 +113,8 @@ async def test_a_change_of_model_embeds_the_stored_passages_again(store, tmp_pat
     from memory import search as search_module
 
     memory = DailyMemory(tmp_path, UTC)
-    await MemoryIndex(store, HashEmbedder(), memory).add(A, "note", "- alpha beta\n- gamma\n- delta", "MEMORY.md")
-    await MemoryIndex(store, None, memory).add(A, "note", "- stored without a vector", "MEMORY.md")
+    await add(MemoryIndex(store, HashEmbedder(), memory), A, "note", "- alpha beta\n- gamma\n- delta", "MEMORY.md")
+    await add(MemoryIndex(store, None, memory), A, "note", "- stored without a vector", "MEMORY.md")
     new = HashEmbedder()
     new.name, new.dim = "hash-new", 6
     monkeypatch.setattr(search_module, "REFRESH_BATCH", 3)
@@ -125,7 +134,7 @@ async def test_a_change_of_model_embeds_the_stored_passages_again(store, tmp_pat
 
 async def test_a_failing_new_model_keeps_the_old_vectors_and_is_not_retried(store, tmp_path: Path) -> None:
     memory = DailyMemory(tmp_path, UTC)
-    await MemoryIndex(store, HashEmbedder(), memory).add(A, "note", "- alpha beta", "MEMORY.md")
+    await add(MemoryIndex(store, HashEmbedder(), memory), A, "note", "- alpha beta", "MEMORY.md")
     new = HashEmbedder()
     new.name, new.fail = "hash-new", True
     search = MemorySearch(MemoryIndex(store, new, memory))
@@ -133,3 +142,25 @@ async def test_a_failing_new_model_keeps_the_old_vectors_and_is_not_retried(stor
     assert [h.text for h in await search.search(A, "alpha")] == ["alpha beta"]
     assert await search.index.models(A) == {"hash-8": 1}
     assert new.calls == [["alpha beta"]]  # tried once; with no vector of the new model no query is embedded
+async def test_a_file_changed_outside_the_bot_is_searched_as_it_is_now(store, tmp_path: Path) -> None:
+    """An operator appends to MEMORY.md, edits a daily file and deletes another while the bot runs."""
+    embedder = HashEmbedder()
+    search = MemorySearch(MemoryIndex(store, embedder, DailyMemory(tmp_path, UTC)))
+    await add(search.index, A, "note", "- Alice moved to Lyon.", "MEMORY.md")
+    await add(search.index, A, "summary", "- The boiler was fixed.", "2026-03-01.md")
+    await add(search.index, A, "summary", "- Bob sold the van.", "2026-03-02.md")
+    assert [h.text for h in await search.search(A, "Lyon", semantic=False)] == ["Alice moved to Lyon."]
+    embedded = len(embedder.calls)
+    folder = search.index.memory.session_dir(A)
+    with (folder / "MEMORY.md").open("a", encoding="utf-8") as f:
+        f.write("- The spare key is under the blue flowerpot.\n")
+    (folder / "2026-03-01.md").write_text("# Daily Memory: 2026-03-01\n- The boiler is broken again.\n")
+    (folder / "2026-03-02.md").unlink()
+    found = await search.search(A, "spare key", semantic=False)
+    assert [h.text for h in found] == ["The spare key is under the blue flowerpot."]
+    assert [h.text for h in await search.search(A, "boiler", semantic=False)] == ["The boiler is broken again."]
+    assert await search.search(A, "van", semantic=False) == []
+    texts = [t for call in embedder.calls[embedded:] for t in call if t not in ("spare key", "boiler", "van")]
+    # only the new passages are embedded, not the unchanged ones
+    assert sorted(texts) == ["The boiler is broken again.", "The spare key is under the blue flowerpot."]
+    assert await search.index.sync(A) == 0  # nothing changed since

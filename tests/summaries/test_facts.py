@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from summaries.facts import KEPT_LINE_CHARS, MAX_KEPT_LINES, check_summary, extract_facts, fold, with_kept_lines
 
 ALICE = [
@@ -97,3 +101,54 @@ def test_a_name_inside_a_longer_word_is_not_found():
     assert check_summary("- going out tomorrow, 17 guests", user).found == 0
     assert check_summary("- the cat Tom is 7", user).found == 2
     assert check_summary("- 猫叫豆豆", ["我的猫叫「豆豆」。"]).found == 1  # Chinese edges match anywhere
+
+
+CORPUS = Path(__file__).with_name("fact_corpus.tsv")
+
+
+def corpus() -> list[tuple[str, str, str]]:
+    rows = [line.split("\t") for line in CORPUS.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+    return [(label, lang, sentence) for label, lang, sentence in rows]
+
+
+def test_the_labelled_corpus_is_large_and_balanced() -> None:
+    rows = corpus()
+    assert len(rows) >= 150
+    for lang in ("en", "zh"):
+        assert sum(1 for _, lg, _ in rows if lg == lang) >= 80
+        assert sum(1 for lab, lg, _ in rows if lg == lang and lab == "none") >= 25
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_fact_recall_and_false_positives_on_the_labelled_corpus(lang: str) -> None:
+    rows = [(label, sentence) for label, lg, sentence in corpus() if lg == lang]
+    facts = [s for label, s in rows if label == "fact"]
+    chat = [s for label, s in rows if label == "none"]
+    missed = [s for s in facts if not extract_facts([s])]
+    flagged = [s for s in chat if extract_facts([s])]
+    assert len(missed) <= 0.05 * len(facts), missed
+    assert len(flagged) <= 0.05 * len(chat), flagged
+
+
+def test_statements_about_the_user_are_facts_whatever_their_case_or_length() -> None:
+    texts = ["我住在杭州西湖区。", "我在阿里巴巴工作。", "i work as a nurse at the city hospital"]
+    result = check_summary("- 用户聊了天气", texts)
+    assert result.total == 3 and result.found == 0
+    assert result.kept_lines == ("- (kept) 我住在杭州西湖区。", "- (kept) 我在阿里巴巴工作。",
+                                 "- (kept) i work as a nurse at the city hospital")
+
+
+def test_a_summary_that_says_the_statement_in_its_own_words_holds_it() -> None:
+    texts = ["i work nights at a bakery downtown", "我住在杭州西湖区"]
+    assert check_summary("- The user works night shifts at a downtown bakery\n- 用户住在杭州西湖区", texts).found == 2
+    partial = check_summary("- The user works at night\n- 用户住在杭州", texts)
+    assert partial.found == 0 and len(partial.kept_lines) == 2
+
+
+def test_interjections_questions_and_requests_are_not_facts() -> None:
+    assert values(["Wow Jon, same here!", "Nice one, Jon!", "Oh my god", "I think so too.", "I love it!"]) == []
+    assert values(["Where do I live?", "我住在哪里？", "给我讲个笑话吧。", "哇，我也是！"]) == []
+    assert values(["I live in Lisbon, do you?"]) == ["Lisbon"]
+    assert values(["Yesterday Jon said he would call.", "i live near the old harbour, and you?"]) == [
+        "Jon", "i live near the old harbour"]

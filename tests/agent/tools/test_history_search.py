@@ -13,7 +13,8 @@ from agent.tools.base import ToolContext
 from agent.tools.history_search import history_search
 from config.settings import Config
 from store.conversations import ConversationStore, SessionInfo
-from store.history_search import passage, search_terms
+from store.history_search import PASSAGE_CHARS, Neighbour, passage
+from store.search_terms import query_terms
 
 A = "telegram:111"
 B = "telegram:222"
@@ -57,40 +58,86 @@ def ctx(session_id: str, store: ConversationStore) -> ToolContext:
     return ToolContext(session_id=session_id, config=Config(timezone="Asia/Shanghai"), store=store)
 
 
-def test_terms_and_text() -> None:
-    assert search_terms("Where does Alice live?") == ["where", "does", "alice", "live"]
-    assert search_terms("猫叫什么") == ["猫叫", "叫什", "什么"]
-    assert search_terms("猫") == ["猫"]
-    assert search_terms("LX1234 航班") == ["lx1234", "航班"]
-    assert search_terms("a b") == ["a", "b"] and search_terms("I am Al") == ["am", "al"]
-    assert search_terms("  ?! ") == []
-    body = "x" * 300 + " Tom " + "y" * 300
-    assert passage(body, ["tom"]) == "…" + "x" * 119 + " Tom " + "y" * 119 + "…"
+def test_query_terms_and_passage() -> None:
+    assert query_terms("Where does Alice live?") == ["alice", "live"]
+    assert query_terms("猫叫什么") == ["猫 叫", "叫 什", "什 么"]
+    assert query_terms("猫") == ["猫"] and query_terms("我的") == []
+    assert query_terms("LX1234 航班") == ["lx1234", "航 班"]
+    assert query_terms("a b") == ["a", "b"] and query_terms("I am Al") == ["am", "al"]
+    assert query_terms("  ?! ") == []
+    short = "Tom lives in Lisbon."
+    assert passage(short, ["lisbon"]) == short
+    # the part that holds most of the query's terms, not the first match
+    body = "Tom said hello. " + "filler words here " * 40 + "Later: Tom moved to Lisbon with Anna in May. " + "z " * 200
+    shown = passage(body, ["tom", "lisbon", "anna"])
+    assert "Tom moved to Lisbon with Anna in May." in shown and "Tom said hello" not in shown
+    assert shown.startswith("…") and shown.endswith("…") and len(shown) <= PASSAGE_CHARS + 2
 
 
 class TestHistorySearch:
     """The store's search and the tool, on every backend."""
 
-    async def test_finds_trimmed_turns_with_date_role_and_passage(self, seeded: ConversationStore) -> None:
-        hits = await seeded.search_history(A, "Tom", 10)
+    async def test_finds_trimmed_turns_with_date_role_passage_and_neighbours(self, seeded: ConversationStore) -> None:
+        hits = await seeded.search_history(A, "Lisbon cat", 10)
         assert [(h.seq, h.role, h.passage) for h in hits] == [
-            (2, "assistant", "Nice, Tom!"), (1, "user", "My cat is called Tom and I live in Lisbon")]
+            (1, "user", "My cat is called Tom and I live in Lisbon"), (8, "user", "Flight LX1234 to Lisbon on Friday")]
         assert hits[0].created_at == WHEN
-        out = await history_search.call(ctx(A, seeded), {"query": "tom"})
-        assert out == ("2026-03-01 14:05 assistant: Nice, Tom!\n"
-                       "2026-03-01 14:05 user: My cat is called Tom and I live in Lisbon")
+        assert (hits[0].before, hits[0].after) == (None, Neighbour(2, "assistant", "Nice, Tom!"))
+        # tool calls and results lie between: the neighbour is the nearest text
+        assert hits[1].before == Neighbour(7, "assistant", "The page is about animals.")
+        out = await history_search.call(ctx(A, seeded), {"query": "lisbon cat"})
+        assert out == ("2026-03-01 14:05 user: My cat is called Tom and I live in Lisbon\n"
+                       "    after, assistant: Nice, Tom!\n"
+                       "2026-03-02 14:05 user: Flight LX1234 to Lisbon on Friday\n"
+                       "    before, assistant: The page is about animals.\n"
+                       "    after, assistant: Booked.")
 
-    async def test_most_terms_first_then_newest(self, seeded: ConversationStore) -> None:
-        hits = await seeded.search_history(A, "Lisbon flight", 10)
-        assert [h.seq for h in hits] == [8, 1]
-        assert [h.seq for h in await seeded.search_history(A, "Lisbon", 1)] == [8]
+    async def test_whole_words_only(self, seeded: ConversationStore) -> None:
+        await seeded.append(A, [user("the others went home"), user("her keys are lost")])
+        assert [h.seq for h in await seeded.search_history(A, "her", 10)] == [11]
+        assert await seeded.search_history(A, "isbo", 10) == []
+
+    async def test_the_turn_being_answered_is_left_out(self, seeded: ConversationStore) -> None:
+        (seq,) = await seeded.append(A, [user("which flight to Lisbon did I book?")])
+        assert seq in [h.seq for h in await seeded.search_history(A, "flight Lisbon", 10)]
+        hits = await seeded.search_history(A, "flight Lisbon", 10, before_seq=seq)
+        assert seq not in [h.seq for h in hits] and hits[0].seq == 8
+        tool_ctx = ToolContext(session_id=A, config=Config(timezone="Asia/Shanghai"), store=seeded,
+                               turn_start_seq=seq)
+        out = await history_search.call(tool_ctx, {"query": "which flight to Lisbon did I book?"})
+        assert out.startswith("2026-03-02 14:05 user: Flight LX1234") and "user: which flight" not in out
+
+    async def test_relevance_over_the_whole_history_not_the_newest(self, seeded: ConversationStore) -> None:
+        await seeded.append(A, [user("I keep my spare umbrella in the blue locker at work")])
+        await seeded.append(A, [user(f"the weather is nice today, note {i}") for i in range(600)])
+        hits = await seeded.search_history(A, "where is the umbrella locker", 3)
+        assert hits[0].passage == "I keep my spare umbrella in the blue locker at work"
+
+    async def test_postgres_ranks_alike_through_the_index_or_the_sessions_rows(self, seeded: ConversationStore) -> None:
+        """A large session goes through the GIN index, a small one row by row: the same ranking."""
+        if seeded.dialect != "postgresql":
+            pytest.skip("PostgreSQL's two plans")
+        from store.history_search import _postgres_ranking
+        from store.models import UTCDateTime
+
+        def ranked(conn: Any, small: bool) -> list[int]:
+            stmt = text(_postgres_ranking(query_terms("Lisbon cat 猫"), small)).columns(created_at=UTCDateTime())
+            return [row.seq for row in conn.execute(stmt, {"sid": A, "before": 2**62, "cap": 10})]
+
+        assert await seeded.run(ranked, True) == await seeded.run(ranked, False) == [1, 3, 8]
+        with pytest.raises(ValueError, match="unexpected characters"):
+            _postgres_ranking(["x' OR 1=1 --"], True)
 
     async def test_chinese_short_and_long_queries(self, seeded: ConversationStore) -> None:
         for query in ("汤姆", "猫", "我的猫叫什么", "里斯本"):
             hits = await seeded.search_history(A, query, 10)
             assert [h.passage for h in hits] == ["我的猫叫汤姆，住在里斯本"], query
+        await seeded.append(A, [user("我住在杭州西湖区。"), user("西安很好玩")])
+        assert [h.passage for h in await seeded.search_history(A, "我住在哪里？", 10)][0] == "我住在杭州西湖区。"
+        assert [h.passage for h in await seeded.search_history(A, "西湖", 10)] == ["我住在杭州西湖区。"]
         out = await history_search.call(ctx(A, seeded), {"query": "猫 名字"})
-        assert out == "2026-03-01 14:05 user: 我的猫叫汤姆，住在里斯本"
+        assert out == ("2026-03-01 14:05 user: 我的猫叫汤姆，住在里斯本\n    before, assistant: Nice, Tom!\n"
+                       "    after, assistant: 好的，记住了")
 
     async def test_tool_results_and_tool_calls_are_not_indexed(self, seeded: ConversationStore) -> None:
         assert await seeded.search_history(A, "zebra", 10) == []
@@ -118,7 +165,7 @@ class TestHistorySearch:
                                                              {"type": "text", "text": "part two\n"}]},
                                 {"role": "assistant", "content": "  \n "}])
         hits = await seeded.search_history(A, "parts", 10)
-        assert [(h.seq, h.passage) for h in hits] == [(10, "Parts one  part two")]
+        assert [(h.seq, h.passage) for h in hits] == [(10, "Parts one part two")]
         assert await seeded.search_history(A, "image_url", 10) == []
 
         def indexed(conn: Any) -> list[str]:
@@ -161,8 +208,25 @@ async def test_migration_indexes_existing_histories(db_url: str) -> None:
         assert [h.seq for h in await store.search_history(A, "汤姆", 10)] == [3]
         assert [h.seq for h in await store.search_history(A, "animals", 10)] == [7]
         assert await store.search_history(A, "zebra", 10) == []
-        if store.dialect == "postgresql":  # pg_trgm ships with Debian's postgresql package
+        assert [h.seq for h in await store.search_history(A, "里斯本", 10)] == [3]
+        if store.dialect == "postgresql":
             assert await store.run(lambda c: c.execute(text(
-                "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_message_search_trgm'")).scalar_one()) == 1
+                "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_message_search_terms'")).scalar_one()) == 1
     finally:
         await store.close()
+
+
+async def test_words_too_common_to_rank_by_are_left_out(store: ConversationStore) -> None:
+    """A word that more than 1,000 messages (and 5% of all) hold is not ranked by (SQLite always, PostgreSQL
+    in a large session); the rarer words of the query find the message, and a query of common words only
+    still searches them."""
+    from store.history_search import COMMON_MESSAGES, _postgres_rare_enough, _rare_enough
+
+    rare_enough = _rare_enough if store.dialect == "sqlite" else _postgres_rare_enough
+    await store.ensure_session(SessionInfo(A, "telegram", "111"))
+    await store.append(A, [user(f"the weather is nice, note {i}") for i in range(COMMON_MESSAGES + 1)])
+    (seq,) = await store.append(A, [user("the weather is why I keep my umbrella in the blue locker")])
+    assert await store.run(rare_enough, ["weather", "umbrella", "blue"]) == ["umbrella", "blue"]
+    assert await store.run(rare_enough, ["weather", "nice"]) == ["weather", "nice"]
+    assert [h.seq for h in await store.search_history(A, "weather umbrella", 3)][0] == seq
+    assert len(await store.search_history(A, "weather", 3)) == 3

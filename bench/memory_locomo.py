@@ -1,0 +1,174 @@
+"""history_search on LoCoMo: does the search find the evidence turns of each question, per category?
+
+LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with
+questions whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one
+session of the real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as
+"<speaker>: <text>" (how a group's messages reach the bot); then each question is asked of the store's
+``search_history``, as the ``history_search`` tool does, and a question counts as found when one of its
+evidence turns is among the first 5 (or 10) hits. This measures the history half of the bot's memory
+only: no summaries, no memory files, no embeddings.
+
+Then one session is filled with ``--scale`` turns (the conversations' turns repeated, each copy numbered)
+to time the index (milliseconds per 1,000 turns stored, bytes per turn on SQLite) and the search at that
+size (median of the questions' searches). On PostgreSQL the planner's statistics are gathered (ANALYZE)
+after each filling, as autovacuum does in a running deployment.
+
+The data is not part of the project (its authors publish it for research evaluation): pass the path of
+``locomo10.json`` from the dataset's repository, or of a gzipped copy.
+
+    python bench/memory_locomo.py PATH/locomo10.json[.gz] [--db-url URL] [--scale 100000] [--questions 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import text  # noqa: E402
+
+from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    """The conversations of a LoCoMo JSON file (gzipped or not)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def turns(conversation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dialog turns of a conversation, session by session, in order."""
+    conv = conversation["conversation"]
+    sessions = sorted((int(k.split("_")[1]), v) for k, v in conv.items()
+                      if k.startswith("session_") and not k.endswith("date_time") and isinstance(v, list))
+    return [turn for _, session in sessions for turn in session]
+
+
+def evidence_ids(qa: dict[str, Any]) -> set[str]:
+    """The evidence dialog ids of a question (some are written "D8:6; D9:17")."""
+    return {part.strip() for item in qa.get("evidence") or [] for part in str(item).split(";") if part.strip()}
+
+
+async def store_turns(store: ConversationStore, session_id: str, items: list[dict[str, Any]]) -> dict[str, int]:
+    """Store the turns as user messages; return each dialog id's seq."""
+    await store.ensure_session(SessionInfo(session_id, "bench", session_id))
+    seqs: dict[str, int] = {}
+    for start in range(0, len(items), 500):
+        batch = items[start:start + 500]
+        stored = await store.append(session_id, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')}"}
+                                                 for t in batch])
+        seqs.update({t["dia_id"]: seq for t, seq in zip(batch, stored, strict=True)})
+    return seqs
+
+
+async def analyze(store: ConversationStore) -> None:
+    """PostgreSQL: gather the planner's statistics, as autovacuum does soon after a table grows."""
+    if store.dialect == "postgresql":
+        await store.run(lambda conn: conn.execute(text("ANALYZE")))
+
+
+async def recall(store: ConversationStore, data: list[dict[str, Any]]) -> tuple[dict[int, list[tuple[bool, bool]]],
+                                                                                   list[float], list[str]]:
+    """Per category, (found in top 5, found in top 10) for each question; search times in ms; the questions."""
+    found: dict[int, list[tuple[bool, bool]]] = defaultdict(list)
+    times: list[float] = []
+    questions: list[str] = []
+    stored = [(f"locomo:{c['sample_id']}", c, await store_turns(store, f"locomo:{c['sample_id']}", turns(c)))
+              for c in data]
+    await analyze(store)
+    for sid, conversation, seqs in stored:
+        for qa in conversation["qa"]:
+            wanted = {seqs[d] for d in evidence_ids(qa) if d in seqs}
+            if not wanted:
+                continue
+            started = time.perf_counter()
+            hits = await store.search_history(sid, qa["question"], 10)
+            times.append((time.perf_counter() - started) * 1000)
+            questions.append(qa["question"])
+            order = [h.seq for h in hits]
+            found[int(qa["category"])].append((bool(wanted & set(order[:5])), bool(wanted & set(order))))
+    return found, times, questions
+
+
+async def scale(store: ConversationStore, data: list[dict[str, Any]], n: int,
+                questions: list[str]) -> tuple[float, list[float]]:
+    """Fill one session with ``n`` turns; return ms per 1,000 turns stored and the search times in ms."""
+    base = [t for conversation in data for t in turns(conversation)]
+    sid = "locomo:scale"
+    await store.ensure_session(SessionInfo(sid, "bench", sid))
+    started = time.perf_counter()
+    for start in range(0, n, 1000):
+        batch = [base[i % len(base)] for i in range(start, min(n, start + 1000))]
+        await store.append(sid, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')} (copy {i})"}
+                                 for i, t in enumerate(batch, start=start)])
+    per_thousand = (time.perf_counter() - started) * 1000 / (n / 1000)
+    await analyze(store)
+    times = []
+    for question in questions:
+        started = time.perf_counter()
+        await store.search_history(sid, question, 10)
+        times.append((time.perf_counter() - started) * 1000)
+    return per_thousand, times
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Store, ask, report."""
+    data = load(Path(args.path))
+    folder = Path(tempfile.mkdtemp(prefix="locomo-"))
+    url = args.db_url or f"sqlite:///{folder / 'bench.db'}"
+    store = ConversationStore(url)
+    await store.open()
+    try:
+        found, times, questions = await recall(store, data)
+        total = [f for cat in (1, 2, 3, 4) for f in found[cat]]
+        print(f"{len(data)} conversations, {sum(len(v) for v in found.values())} questions with evidence, "
+              f"database {store.dialect}")
+        print(f"{'category':22s} {'questions':>9s} {'top-5':>6s} {'top-10':>6s}")
+        for cat in sorted(found):
+            rows = found[cat]
+            print(f"{cat} {CATEGORIES.get(cat, '?'):20s} {len(rows):9d} {sum(a for a, _ in rows) / len(rows):6.0%} "
+                  f"{sum(b for _, b in rows) / len(rows):6.0%}")
+        print(f"{'1-4 together':22s} {len(total):9d} {sum(a for a, _ in total) / len(total):6.0%} "
+              f"{sum(b for _, b in total) / len(total):6.0%}")
+        print(f"search at ~{max(len(turns(c)) for c in data)} turns per session: median "
+              f"{statistics.median(times):.2f} ms")
+        if args.scale:
+            per_thousand, big = await scale(store, data, args.scale, questions[:args.questions])
+            print(f"storing {args.scale:,} turns in one session: {per_thousand:.0f} ms per 1,000 turns")
+            print(f"search at {args.scale:,} turns in one session: median {statistics.median(big):.1f} ms, "
+                  f"p90 {statistics.quantiles(big, n=10)[-1]:.1f} ms ({len(big)} questions)")
+    finally:
+        await store.close()
+    if store.dialect == "sqlite":
+        size = sum(p.stat().st_size for p in folder.glob("bench.db*"))  # noqa: ASYNC240 - after the run
+        print(f"database size {size / 1e6:.1f} MB")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments and run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="LoCoMo's locomo10.json (or a .json.gz of the same shape)")
+    parser.add_argument("--db-url", default="", help="a PostgreSQL URL (default: a new SQLite file)")
+    parser.add_argument("--scale", type=int, default=100_000, help="turns of the one-session timing (0: skip)")
+    parser.add_argument("--questions", type=int, default=200, help="questions searched at that size")
+    return asyncio.run(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""End to end, memory that holds only what people said and finds what is in the files: app.py with the fakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.bot_process import BotProcess, clean_env
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.telegram_api import FakeTelegramAPI
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_app(config_path: Path, stdin: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(config_path)], input=stdin,
+                          capture_output=True, text=True, timeout=timeout, cwd=config_path.parent, env=clean_env())
+
+
+def write_config(tmp_path: Path, **values) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(values), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def openai_server():
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+def inventing_summariser(body):
+    """Summaries that quote the user twice: once truly, once with words nobody wrote."""
+    from summaries.text import SUMMARY_SYSTEM_PROMPT
+
+    if body["messages"][0]["content"] == SUMMARY_SYSTEM_PROMPT:
+        return ("- the user counted messages\nUser: I'm going to the beach.\n"
+                '- 用户说：“我明天去北京”\n- The user said "message 2"')
+    return None
+
+
+def test_a_summary_never_puts_words_in_the_users_mouth(tmp_path, openai_server):
+    openai_server.responder = inventing_summariser
+    openai_server.latency = 0.05
+    path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k",
+                        agent_max_context_turns=4, data_dir="data", timezone="UTC")
+    proc = run_app(path, "".join(f"message {i}\n" for i in range(1, 9)))
+    assert proc.returncode == 0, proc.stderr
+    [memory] = list((tmp_path / "data" / "memory" / "terminal_local").glob("????-??-??.md"))
+    text = memory.read_text(encoding="utf-8")
+    assert "- the user counted messages" in text and '- The user said "message 2"' in text
+    assert "beach" not in text and "北京" not in text
+    summaries = [r for r in openai_server.requests if not r.get("tools")]
+    assert summaries, "the summariser ran"
+    log = (tmp_path / "data" / "bot.log").read_text(encoding="utf-8")
+    assert "line(s) quoting what no user said dropped" in log
+
+
+def tool_result(llm: FakeOpenAIServer, name: str) -> str:
+    """The result of the latest call of tool ``name``, as the model received it."""
+    messages = llm.requests[-1]["messages"]
+    ids = {c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
+           if c["function"]["name"] == name}
+    return [m["content"] for m in messages if m["role"] == "tool" and m["tool_call_id"] in ids][-1]
+
+
+def ask(api: FakeTelegramAPI, llm: FakeOpenAIServer, chat: int, text: str, tool: str, args: str, answer: str) -> str:
+    """One turn in which the model calls ``tool``; returns the tool's result."""
+    llm.enqueue_stream("", tool_calls=[(tool, args)])
+    llm.enqueue_stream(answer)
+    api.push_text(chat, text, user_id=chat, first_name="Alice")
+    deadline = time.monotonic() + 30
+    while answer not in api.chat_texts(chat):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chat {chat}: {api.chat_texts(chat)}")
+        time.sleep(0.02)
+    return tool_result(llm, tool)
+
+
+def test_memory_search_finds_what_an_operator_appends_and_searches_leave_the_question_out(tmp_path):
+    """Default settings (the local embedding model): the bot writes a note, searches, an operator appends a
+    note to MEMORY.md while it runs, and the next memory_search finds it; history_search never answers a
+    question with the question itself."""
+    with FakeTelegramAPI(username="fake_test_bot") as api, FakeOpenAIServer() as llm:
+        proc = BotProcess(tmp_path, channel_type="telegram", telegram_bot_token=api.token,
+                          telegram_base_url=api.base_url, telegram_rate_limit=False,
+                          open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data").start()
+        try:
+            chat = 5001
+            saved = ask(api, llm, chat, "remember that I like green tea and my flowerpot is blue", "memory_write",
+                        '{"text": "Alice likes green tea."}', "Saved.")
+            assert saved.startswith("Saved to MEMORY.md")
+            found = ask(api, llm, chat, "what do I drink?", "memory_search", '{"query": "green tea"}', "Tea.")
+            assert "[MEMORY.md] Alice likes green tea." in found
+            [notes] = list((tmp_path / "data" / "memory").glob("*/MEMORY.md"))
+            with notes.open("a", encoding="utf-8") as f:  # the operator, while the bot runs
+                f.write("- The spare key is under the blue flowerpot.\n")
+            found = ask(api, llm, chat, "where is the spare key?", "memory_search", '{"query": "spare key"}',
+                        "Under the pot.")
+            assert found.splitlines()[0] == "[MEMORY.md] The spare key is under the blue flowerpot."
+            history = ask(api, llm, chat, "which flowerpot colour did I mention?", "history_search",
+                          '{"query": "which flowerpot colour did I mention?"}', "Blue.")
+            assert "user: remember that I like green tea and my flowerpot is blue" in history
+            assert "user: which flowerpot" not in history
+        finally:
+            assert proc.stop() == 0
+        assert "Traceback" not in proc.log()
