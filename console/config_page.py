@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
+from config.edit import parse_value, with_setting
 from config.settings import (
     ENV_OVERRIDES,
     KNOWN_KEYS,
@@ -28,12 +29,10 @@ from config.settings import (
     apply_environment,
     atomic_write_json,
     live_config,
-    parse_value,
     read_file_data,
     resolve_paths,
     translate_cowagent,
     validate_data,
-    with_setting,
 )
 from console.server import console_of
 from core.errors import ConfigError

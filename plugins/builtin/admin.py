@@ -17,18 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bootstrap.services import Services
 
-from config.settings import (
-    KNOWN_KEYS,
-    RESTART_KEYS,
-    SECRET_KEYS,
-    Config,
-    get_setting,
-    live_config,
-    load_config,
-    mask_secret,
-    save_setting,
-    setting_path,
-)
+from config.edit import get_setting, save_setting, setting_path
+from config.settings import KNOWN_KEYS, RESTART_KEYS, SECRET_KEYS, Config, live_config, load_config, mask_secret
 from core.errors import ConfigError
 from dispatcher.admins import LOCKOUT_SECONDS
 from dispatcher.commands import CommandRequest

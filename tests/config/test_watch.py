@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import config.settings as config_module
-from config.settings import ConfigHolder, live_config, load_config, parse_value, save_setting, with_setting
+from config.edit import parse_value, save_setting, with_setting
+from config.settings import ConfigHolder, live_config, load_config
 from config.watch import ConfigWatcher
 from core.errors import ConfigError
 

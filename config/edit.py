@@ -1,0 +1,118 @@
+"""Editing one setting of config.json (``/config`` and the web console): parse a typed value, find its path,
+check it with the config model, and save the file atomically with every other key kept as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import config.cowagent
+from config.settings import (
+    KNOWN_KEYS,
+    MAX_VALUE_CHARS,
+    RESTART_KEYS,
+    SECRET_KEYS,
+    Config,
+    apply_environment,
+    atomic_write_json,
+    read_file_data,
+    resolve_paths,
+    secret_refusal,
+    suggest_key,
+    translate_cowagent,
+    validate_data,
+)
+from core.errors import ConfigError
+
+
+def parse_value(raw: str, expects_text: bool = False) -> Any:
+    """A /config value: JSON (``30``, ``true``, ``["a","b"]``, ``"x"``), else the text itself.
+
+    For a text setting, a bare value that parses as another JSON type (``/config admin_password 1234``)
+    is taken as text too.
+    """
+    text = raw.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if expects_text and not isinstance(value, str):
+        return text
+    return value
+
+
+def setting_path(key: str) -> list[str]:
+    """Split a setting name: a top-level key, or ``plugins.<name>.<key>``. Raise :class:`ConfigError`."""
+    parts = key.split(".")
+    foreign = config.cowagent.setting_error(parts[0], KNOWN_KEYS)
+    if foreign:
+        raise ConfigError(foreign)
+    if parts[0] not in KNOWN_KEYS:
+        hint = suggest_key(parts[0])
+        raise ConfigError(f"unknown config key {parts[0]!r}" + (f"; did you mean {hint}?" if hint else ""))
+    if len(parts) > 1 and (parts[0] != "plugins" or len(parts) > 3 or not all(parts)):
+        raise ConfigError(f"unknown config key {key!r}; only plugin settings have dotted names, "
+                          "as in plugins.<name>.<key>")
+    return parts
+
+
+def get_setting(cfg: Config | dict[str, Any], key: str) -> Any:
+    """The value of a (possibly dotted) setting; raise :class:`ConfigError` when it is unknown or unset."""
+    parts = setting_path(key)
+    value: Any = cfg.model_dump() if isinstance(cfg, Config) else cfg
+    for i, part in enumerate(parts):
+        if not isinstance(value, dict) or part not in value:
+            raise ConfigError(f"{'.'.join(parts[:i + 1])!r} is not set")
+        value = value[part]
+    return value
+
+
+def with_setting(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of ``data`` with one setting replaced (or added at the end); every other key keeps its place."""
+    parts = setting_path(key)
+    out = dict(data)
+    if len(parts) == 1:
+        out[parts[0]] = value
+        return out
+    plugins = out.get("plugins")
+    plugins = dict(plugins) if isinstance(plugins, dict) else {}
+    if len(parts) == 2:
+        plugins[parts[1]] = value
+    else:
+        section = plugins.get(parts[1])
+        section = dict(section) if isinstance(section, dict) else {}
+        section[parts[2]] = value
+        plugins[parts[1]] = section
+    out["plugins"] = plugins
+    return out
+
+
+def save_setting(path: str | Path, key: str, raw_value: str, *, environ: dict[str, str] | None = None,
+                 check=None) -> tuple[Config, bool]:
+    """Validate one changed setting, then write config.json atomically; return ``(new config, needs restart)``.
+
+    The new config is the whole file with the key replaced, validated before anything is written (and by
+    ``check(config)`` too, if given, which raises :class:`ConfigError`); environment secrets still win
+    and paths are resolved, as in :func:`load_config`. On any error nothing is written.
+    """
+    path = Path(path).expanduser().resolve()
+    parts = setting_path(key)
+    if parts[0] in SECRET_KEYS:
+        raise ConfigError(secret_refusal(parts[0]))
+    if len(raw_value) > MAX_VALUE_CHARS:
+        raise ConfigError(f"the value is {len(raw_value):,} characters long; a setting holds at most "
+                          f"{MAX_VALUE_CHARS:,}")
+    field = Config.model_fields.get(parts[0])
+    value = parse_value(raw_value, expects_text=len(parts) == 1 and field is not None and field.annotation is str)
+    # a file that cannot be read (empty, half-written, bad JSON) raises here: it is never written over
+    data = with_setting(read_file_data(path), key, value)
+    translated = translate_cowagent(data)
+    validate_data(translated)  # what is written must be valid on its own
+    cfg = resolve_paths(validate_data(apply_environment(translated, environ)), path.parent)
+    if check is not None:
+        check(cfg)
+    atomic_write_json(path, data)
+    return cfg, parts[0] in RESTART_KEYS
+
+
