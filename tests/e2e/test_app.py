@@ -8,10 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.fakes.openai_server import FakeOpenAIServer
-
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TELEGRAM_BOT_TOKEN")
 
@@ -32,12 +28,6 @@ def write_config(tmp_path: Path, **values) -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(values), encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def openai_server():
-    with FakeOpenAIServer() as srv:
-        yield srv
 
 
 def test_two_lines_two_replies_with_context(tmp_path, openai_server):

@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import pytest
-
-from tests.fakes.bot_process import BotProcess, clean_env
+from tests.e2e.test_app import run_app, write_config
+from tests.fakes.bot_process import BotProcess
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_app(config_path: Path, stdin: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(config_path)], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, cwd=config_path.parent, env=clean_env())
-
-
-def write_config(tmp_path: Path, **values) -> Path:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(values), encoding="utf-8")
-    return path
-
-
-@pytest.fixture
-def openai_server():
-    with FakeOpenAIServer() as srv:
-        yield srv
 
 
 def inventing_summariser(body):

@@ -13,18 +13,11 @@ import pytest
 
 from tests.e2e.test_terminal import UP, expect
 from tests.fakes.bot_process import clean_env
-from tests.fakes.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-0123456789a1b2"
 TYPED_KEY = "sk-typed-9876543210zyxw"
 PASSWORD = "hunter2-pass"
-
-
-@pytest.fixture
-def openai_server():
-    with FakeOpenAIServer() as srv:
-        yield srv
 
 
 def spawn_terminal(tmp_path: Path, **settings) -> pexpect.spawn:

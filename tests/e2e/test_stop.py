@@ -11,13 +11,11 @@ import threading
 from pathlib import Path
 
 import pexpect
-import pytest
 
 from summaries.text import SUMMARY_SYSTEM_PROMPT
 from tests.e2e.test_secrets import spawn_terminal
 from tests.e2e.test_terminal import expect
 from tests.fakes.bot_process import clean_env
-from tests.fakes.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,12 +34,6 @@ class SlowSummaries:
         self.asked.set()
         self.release.wait(self.delay)
         return "- the user said one and two"
-
-
-@pytest.fixture
-def openai_server():
-    with FakeOpenAIServer() as srv:
-        yield srv
 
 
 def chunks(db: Path) -> list[tuple[str, str]]:

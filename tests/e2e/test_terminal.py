@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pexpect
-import pytest
 
 from channels.terminal import THINKING, TerminalChannel, start_banner
 from config.settings import Config
@@ -22,12 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Terminal control sequences (cursor moves, colours, modes), removed to read the screen's text.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")
 LEFT, UP = "\x1b[D", "\x1b[A"
-
-
-@pytest.fixture
-def openai_server():
-    with FakeOpenAIServer() as srv:
-        yield srv
 
 
 def spawn(tmp_path: Path, base_url: str, **settings) -> pexpect.spawn:
