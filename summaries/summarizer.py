@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from core.errors import AuthLLMError, ContextOverflowError, ModelNotFoundError, NotConfiguredError, QuotaLLMError
 from core.llm import BaseLLM
@@ -50,8 +50,9 @@ from memory.daily import DailyMemory, OnWritten, notify_written
 from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
 from store.models import utcnow
+from summaries.collaborators import ROUGH, LiveState, LiveStates, TextCounter
 from summaries.facts import CheckResult, check_summary, with_kept_lines
-from summaries.parts import rough_tokens, summarise_entries
+from summaries.parts import summarise_entries
 from summaries.quotes import drop_invented_quotes
 from summaries.text import (
     count_turns,
@@ -88,38 +89,6 @@ ORPHAN_AGE = 60.0
 LOCK_RETRY_SECONDS = 0.5
 
 
-class TextCounter(Protocol):
-    """Counts a text's tokens for one model (agent.tokens.TokenCounter)."""
-
-    def count_text(self, text: str) -> int: ...
-
-
-class _Rough:
-    """The estimate used when no tokenizer is given (tests and tools outside the app)."""
-
-    @staticmethod
-    def count_text(text: str) -> int:
-        return rough_tokens(text)
-
-
-ROUGH = _Rough()
-
-
-class LiveState(Protocol):
-    """A loaded session context, as the summariser updates it (agent.session.SessionState)."""
-
-    summary: str | None
-    summary_turns: int
-
-    def set_summary(self, summary: str | None, turns: int, through_seq: int = 0) -> None: ...
-
-    def mark_summarized(self, through_seq: int) -> None: ...
-
-
-class LiveStates(Protocol):
-    """The loaded session contexts (agent.session.LiveSessions)."""
-
-    def peek(self, session_id: str) -> LiveState | None: ...
 def _retryable(exc: BaseException) -> bool:
     """An overflow splits the text further; a refused key, quota or model needs an operator, not a retry."""
     return not isinstance(exc, (ContextOverflowError, *_PERMANENT))
