@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
-from core.retry import DELIVERY, RetryPolicy
-from store.conversations import ConversationStore
+from core.retry import DATABASE, DELIVERY, RetryPolicy
+from store.conversations import ConversationStore, database_unavailable
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -103,7 +103,14 @@ class Outbox:
         Not deferred to a later loop tick: a next turn can reach the model without yielding to the loop
         once (SQLite runs inline), and a crash then would answer this message a second time.
         """
+        def waiting(state: RetryCallState) -> None:
+            if state.attempt_number == 1:
+                logger.warning("message %d was answered; marking it so waits for the database (%s)", inbox_id,
+                               type(state.outcome.exception()).__name__ if state.outcome else "?")
+
         try:
-            await self.store.mark_done(inbox_id)
+            # The reply is out: while the database is away (a PostgreSQL restart), wait for it rather than
+            # leave the message pending, which would send the same reply again once it is back.
+            await DATABASE.call(self.store.mark_done, inbox_id, retry_on=database_unavailable, before_sleep=waiting)
         except Exception:  # noqa: BLE001 - it will be answered again after a restart, not lost
             logger.exception("could not mark message %d answered", inbox_id)

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from channels.telegram.channel import TelegramChannel
 from core.messages import IncomingMessage
@@ -88,3 +89,40 @@ async def test_a_stop_cancels_the_retries_and_nothing_is_marked_sent(api, outbox
     calls = send_calls(api)
     await asyncio.sleep(1.2)
     assert send_calls(api) == calls and api.sent == []  # no try after the cancellation
+
+
+class AwayStore(ConversationStore):
+    """A real store whose database is away for the first ``away`` marks of a message as answered (a PostgreSQL
+    restart between the send and the mark)."""
+
+    def __init__(self, url: str, away: int) -> None:
+        super().__init__(url)
+        self.away = away
+
+    async def mark_done(self, inbox_ids: int | list[int]) -> None:
+        if self.away:
+            self.away -= 1
+            raise OperationalError("UPDATE inbox", {}, Exception("server closed the connection unexpectedly"))
+        await super().mark_done(inbox_ids)
+
+
+async def test_an_answered_message_is_marked_once_the_database_is_back_not_answered_again(tmp_path, caplog):
+    store = AwayStore(f"sqlite:///{tmp_path / 'chatbot.db'}", away=2)
+    await store.open()
+    try:
+        recorded = await store.record_incoming("telegram", "m-1", "telegram:42", TO.to_json(), None, None)
+        assert recorded is not None
+        inbox_id = recorded[0]
+        sent: list[str] = []
+
+        async def send(to: IncomingMessage, text: str) -> None:
+            sent.append(text)
+
+        with caplog.at_level(logging.WARNING, logger="dispatcher.outbox"):
+            await Outbox(store, {}, send).deliver(inbox_id, TO, "hello")
+        assert sent == ["hello"]
+        assert store.away == 0 and await store.pending_incoming() == []  # marked: a restart sends nothing again
+        assert "message 1 was answered; marking it so waits for the database (OperationalError)" in caplog.text
+        assert "could not mark" not in caplog.text
+    finally:
+        await store.close()
