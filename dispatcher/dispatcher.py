@@ -97,7 +97,7 @@ class Dispatcher:
         #: while not None, live messages are journalled but wait here until crash resume has queued the
         #: journal's unanswered ones
         self._held: list[WorkItem] | None = None
-        self.journal = JournalWriter(store, sessions, lambda: self.hooks, self._journalled_here)
+        self.journal = JournalWriter(store, sessions, self.hooks, self._journalled_here)
 
     # --- wiring --------------------------------------------------------------------------
     def add_channel(self, channel: BaseChannel) -> None:
