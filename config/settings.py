@@ -144,6 +144,12 @@ class Config(BaseModel):
     web_console_listen: str = "127.0.0.1"
     web_console_password: str = ""
     model_max_parallel: int = Field(0, ge=0)
+    vision: bool | Literal["auto"] = "auto"
+    speech_to_text_model: str = "whisper-1"
+    usage_cap_user_daily_tokens: int = Field(0, ge=0)
+    usage_cap_group_daily_tokens: int = Field(0, ge=0)
+    usage_cap_daily_tokens: int = Field(0, ge=0)
+    usage_fallback_model: str = ""
 
     @field_validator("channel_type")
     @classmethod

@@ -23,7 +23,8 @@ telegram_mode telegram_rate_limit telegram_webhook_url telegram_webhook_listen t
 wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezone web_fetch_allow_private
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
 memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password
-model_max_parallel""".split()
+model_max_parallel vision speech_to_text_model usage_cap_user_daily_tokens usage_cap_group_daily_tokens
+usage_cap_daily_tokens usage_fallback_model""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -55,6 +56,10 @@ def test_defaults_cover_every_contract_key():
     assert cfg.web_console_listen == "127.0.0.1"
     assert cfg.web_console_password == ""
     assert cfg.model_max_parallel == 0
+    assert cfg.vision == "auto"
+    assert cfg.speech_to_text_model == "whisper-1"
+    assert (cfg.usage_cap_user_daily_tokens, cfg.usage_cap_group_daily_tokens, cfg.usage_cap_daily_tokens) == (0, 0, 0)
+    assert cfg.usage_fallback_model == ""
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 
@@ -164,6 +169,15 @@ def test_wrong_type_names_the_key(tmp_path):
     path = write(tmp_path, {"group_at_off": "yes"})
     with pytest.raises(ConfigError, match="'group_at_off'.*true or false"):
         load_config(path, environ={})
+
+
+def test_vision_takes_auto_or_a_boolean_and_caps_are_not_negative(tmp_path):
+    assert load_config(write(tmp_path, {"vision": False}), environ={}).vision is False
+    assert load_config(write(tmp_path, {"vision": "auto"}), environ={}).vision == "auto"
+    with pytest.raises(ConfigError, match="'vision'"):
+        load_config(write(tmp_path, {"vision": "sometimes"}), environ={})
+    with pytest.raises(ConfigError, match="'usage_cap_daily_tokens'"):
+        load_config(write(tmp_path, {"usage_cap_daily_tokens": -5}), environ={})
 
 
 def test_bad_json_is_one_clear_line(tmp_path):
