@@ -190,3 +190,47 @@ class GroupMessageRow(Base):
     sent_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     #: when the bot received it: orders the group's rows and drives retention
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- reminders (issue 30) --------------------------------------------------------------------------------
+class ReminderRow(Base):
+    """A message the bot sends at ``due_at`` in the chat of ``session_id`` (DESIGN §1.7, §12)."""
+
+    __tablename__ = "reminders"
+    __table_args__ = (Index("ix_reminders_status_due", "status", "due_at"),
+                      Index("ix_reminders_session_id", "session_id"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(255))
+    #: "<channel>:<user id>" of who set it (only they or an admin cancel it in a group)
+    created_by: Mapped[str] = mapped_column(String(255))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: null for a one-off reminder, else the rule of a recurring one
+    every: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    text: Mapped[str] = mapped_column(Text)
+    #: "pending", "sent" or "cancelled"
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- usage (issue 31) ------------------------------------------------------------------------------------
+class UsageRow(Base):
+    """One model call's tokens (DESIGN §1.7, §12)."""
+
+    __tablename__ = "usage"
+    __table_args__ = (Index("ix_usage_created_at", "created_at"),
+                      Index("ix_usage_user_created", "user_id", "created_at"),
+                      Index("ix_usage_session_created", "session_id", "created_at"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(255))
+    #: the speaker, "<channel>:<user id>" ("" for calls no person asked for)
+    user_id: Mapped[str] = mapped_column(String(255))
+    model: Mapped[str] = mapped_column(String(255))
+    #: "reply", "summary", "flush" or "transcribe"
+    purpose: Mapped[str] = mapped_column(String(16))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
