@@ -43,6 +43,7 @@ from channels.base import BaseChannel
 from channels.terminal import stdin_is_terminal
 from config.settings import Config, ConfigHolder, load_config
 from config.watch import ConfigWatcher
+from core import heap
 from core.errors import ConfigError
 from dispatcher.admins import Admins
 from dispatcher.commands import CommandRegistry
@@ -430,6 +431,7 @@ def freeze_heap() -> None:
     part of the CPU (bench/telegram_intake.py).
     """
     gc.freeze()
+    heap.trim()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Everything the bot writes (database, memory files, log, config.json) is for its owner's eyes only.
     os.umask(0o077)
+    heap.limit_arenas()
     path = Path(args.config or "config.json").expanduser().resolve()
     if args.config is not None and not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "does not exist"

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from core import heap
+
 logger = logging.getLogger(__name__)
 
 LOCAL = "local"
@@ -120,6 +122,7 @@ def load_local_model() -> E5Model:
     with _MODEL_LOCK:
         if _MODEL is None:
             _MODEL = E5Model.load()
+            heap.trim()  # the loader's buffers
             logger.info("semantic memory: local embedding model loaded (%s)", LOCAL_MODEL_NAME)
         return _MODEL
 

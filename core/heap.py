@@ -1,0 +1,58 @@
+"""Giving freed memory back to the system (glibc's allocator; a no-op elsewhere).
+
+A long-running bot keeps what its allocator holds at its peak: the token counter's and the embedding
+model's loading buffers, a migration's imports, a burst of chats. Two glibc settings keep the resident set
+near what is in use (``bench/memory_rss.py``):
+
+* :func:`limit_arenas`: glibc gives each thread that allocates its own arena (up to 8 per core), and
+  memory freed in one arena is not reused by another. The bot's threads (aiosqlite's connection threads,
+  the embedding and tokenizer warm-ups, the default executor) need no allocator of their own: two arenas
+  are enough. The ``MALLOC_ARENA_MAX`` environment variable, when set, wins.
+* :func:`trim`: ``malloc_trim(0)`` returns the free pages of every arena to the system; called once the
+  start-up work and each one-off load is done, and by the daily cleanup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import sys
+from functools import lru_cache
+
+logger = logging.getLogger(__name__)
+
+#: ``M_ARENA_MAX`` of glibc's ``mallopt``.
+_M_ARENA_MAX = -8
+#: The arenas the bot's allocator uses (the main one and one for every other thread).
+ARENAS = 2
+
+
+@lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    """glibc, or None on another C library or system (then both calls do nothing)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim  # noqa: B018 - musl has no malloc_trim: then this raises and nothing is done
+        libc.mallopt  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def limit_arenas(arenas: int = ARENAS) -> bool:
+    """Cap glibc's arenas (call before threads start); True when the cap is in force."""
+    libc = _libc()
+    if libc is None or os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    return bool(libc.mallopt(_M_ARENA_MAX, arenas))
+
+
+def trim() -> None:
+    """Give the allocator's free pages back to the system."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
