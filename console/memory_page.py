@@ -18,7 +18,7 @@ from aiohttp import web
 
 from console.server import console_of
 from memory.daily import FILE_LOCKS, LONG_TERM_FILE, session_dir_name
-from memory.notes import NOTES_MAX_CHARS, lock_key, write_atomic
+from memory.notes import NOTES_MAX_CHARS, write_atomic
 from memory.person import PEOPLE_DIR, PERSON_FILE, PERSON_MAX_CHARS
 
 logger = logging.getLogger(__name__)
