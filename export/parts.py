@@ -117,6 +117,11 @@ def message_text(content: Any) -> str:
     return text.strip()
 
 
+def plural(n: int, noun: str) -> str:
+    """``"2 daily memory files"``; ``""`` for none (the reply leaves empty parts out)."""
+    return "" if not n else f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _fence(text: str) -> str:
     """``text`` in a Markdown block quote (a stored message can hold any Markdown, headings included)."""
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines()) or ">"
@@ -188,7 +193,7 @@ async def memory_files(request: ExportRequest) -> Section:
         data.append({"date": path.stem, "file": f"memory/{path.name}", "text": text})
         md.append(text.replace("\n# ", "\n#### ").replace("\n## ", "\n#### ").lstrip("# ").strip())
     return Section(data=data, markdown="\n\n".join(f"### {m}" for m in md) or "No daily memory files.",
-                   files=[(f"memory/{p.name}", p) for p in paths], summary=f"{len(paths)} daily memory file(s)")
+                   files=[(f"memory/{p.name}", p) for p in paths], summary=plural(len(paths), "daily memory file"))
 
 
 async def notes(request: ExportRequest) -> Section:
@@ -220,7 +225,7 @@ async def person_notes(request: ExportRequest) -> Section:
     return Section(data={"person": request.person, "notes": listed},
                    markdown="\n".join(f"{i}. {n}" for i, n in enumerate(listed, start=1)),
                    files=[(f"person/{PERSON_FILE}", people.path(request.person))],
-                   summary=f"{len(listed)} person note(s)")
+                   summary=plural(len(listed), "person note"))
 
 
 def default_parts() -> ExportParts:

@@ -74,7 +74,7 @@ async def write_export(request: ExportRequest, parts: list[ExportPart], folder: 
     """Write the export of ``request`` with ``parts`` into ``folder``; return the finished file."""
     now = now or datetime.now(UTC)
     await asyncio.to_thread(folder.mkdir, mode=0o700, parents=True, exist_ok=True)
-    final = folder / f"{file_stem(request.session.session_id, now)}.zip"
+    final = await asyncio.to_thread(_free_name, folder, file_stem(request.session.session_id, now))
     fd, tmp_name = tempfile.mkstemp(prefix=".export.", suffix=".zip.part", dir=folder)  # owner-only
     os.close(fd)
     md_fd, md_name = tempfile.mkstemp(prefix=".export.", suffix=".md.part", dir=folder)
@@ -98,6 +98,15 @@ async def write_export(request: ExportRequest, parts: list[ExportPart], folder: 
     result.size = (await asyncio.to_thread(os.stat, final)).st_size
     logger.info("session %s: exported to %s (%d bytes)", request.session.session_id, final.name, result.size)
     return result
+
+
+def _free_name(folder: Path, stem: str) -> Path:
+    """``<stem>.zip`` in ``folder``, or ``<stem>-2.zip`` … when taken (two exports within one second)."""
+    path, n = folder / f"{stem}.zip", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}.zip"
+    return path
 
 
 def _remove(path: Path) -> None:

@@ -51,9 +51,12 @@ def note_lines(text: str | None) -> list[str]:
     notes = []
     for line in text.splitlines():
         line = line.strip()
-        if line and not line.startswith("#"):
-            notes.append(line.removeprefix("- ").strip())
-    return [n for n in notes if n]
+        if line.startswith("#"):
+            continue
+        note = line[1:].strip() if line.startswith("-") else line
+        if note:
+            notes.append(note)
+    return notes
 
 
 class PersonNotes:

@@ -37,8 +37,11 @@ def register_commands(register) -> None:
     register("export", export_command, "everything stored for this conversation (and your notes) as one file")
 
 
-def _mib(n: int) -> str:
-    return f"{n / 1_000_000:,.1f} MB"
+def size_text(n: int) -> str:
+    """``"812 bytes"``, ``"12.3 KB"``, ``"50.0 MB"``."""
+    if n < 1000:
+        return f"{n} bytes"
+    return f"{n / 1000:,.1f} KB" if n < 1_000_000 else f"{n / 1_000_000:,.1f} MB"
 
 
 def _remove(path: Path) -> None:
@@ -64,11 +67,11 @@ async def export_command(request: CommandRequest) -> str:
     held = describe(export)
     channel = request.channel
     if channel is None or not channel.max_file_bytes:
-        return f"Exported ({held}) to {export.path} ({_mib(export.size)})."
+        return f"Exported ({held}) to {export.path} ({size_text(export.size)})."
     if export.size > channel.max_file_bytes:
         logger.warning("session %s: export of %d bytes is over the channel's %d-byte file limit; kept at %s",
                        request.session_id, export.size, channel.max_file_bytes, export.path)
-        return (f"The export is {_mib(export.size)}, more than the {_mib(channel.max_file_bytes)} I can send "
+        return (f"The export is {size_text(export.size)}, more than the {size_text(channel.max_file_bytes)} I can send "
                 f"here. It is saved on the bot's computer as {export.path}; ask the bot's operator for it.")
     return await _send(request, export, held)
 
