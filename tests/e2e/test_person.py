@@ -115,3 +115,22 @@ def test_a_private_person_note_never_reaches_a_shared_group_or_another_person(tm
         finally:
             assert proc.stop() == 0
         assert "Traceback" not in proc.log()
+
+
+def test_the_terminal_exports_to_a_path(tmp_path, openai_server, db_url):
+    from tests.e2e.test_app import run_app, write_config
+
+    path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k", data_dir="data",
+                        db_url=db_url, memory_embedding_model="")
+    proc = run_app(path, "hello there\n/me add I like green tea.\n/export\n")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["echo: hello there", "Saved to PERSON.md (20 of 8,000 characters used)."]
+    assert lines[2].startswith("Exported (2 stored messages, 1 person note) to ")
+    [export] = list((tmp_path / "data" / "exports").glob("export-terminal_*.zip"))
+    assert str(export) in lines[2] and stat.S_IMODE(export.stat().st_mode) == 0o600
+    with zipfile.ZipFile(export) as z:
+        data = json.loads(z.read("export.json"))
+    assert [m["content"]["content"] for m in data["parts"]["history"]] == ["hello there", "echo: hello there"]
+    assert data["parts"]["person_notes"]["notes"] == ["I like green tea."]
+    assert "Traceback" not in proc.stderr
