@@ -33,7 +33,7 @@ def say(api: FakeTelegramAPI, llm: FakeOpenAIServer, chat: int, user: int, name:
     """Send ``text``; return the bot's next message in the chat and the model requests made meanwhile."""
     before, asked = len(api.chat_texts(chat)), len(llm.requests)
     api.push_text(chat, text, user_id=user, first_name=name, **chat_kw)
-    texts = wait_text(api, chat, lambda t: len(t) > before and t[-1].strip())
+    wait_text(api, chat, lambda t: len(t) > before and t[-1].strip())
     time.sleep(0.2)  # a streamed answer may still be edited
     return api.chat_texts(chat)[before], llm.requests[asked:]
 
@@ -134,3 +134,30 @@ def test_the_terminal_exports_to_a_path(tmp_path, openai_server, db_url):
     assert [m["content"]["content"] for m in data["parts"]["history"]] == ["hello there", "echo: hello there"]
     assert data["parts"]["person_notes"]["notes"] == ["I like green tea."]
     assert "Traceback" not in proc.stderr
+
+
+def test_weixin_sends_the_export_as_a_file(tmp_path):
+    from tests.e2e.test_weixin import log_in, start_bot
+    from tests.fakes.ilink_server import FakeILink
+
+    user = "alice@im.wechat"
+    with FakeILink(hold_s=2, qr_hold_s=2) as api, FakeOpenAIServer() as llm:
+        bot = start_bot(tmp_path, api, llm, memory_embedding_model="")
+        try:
+            log_in(api)
+            api.push_text(user, "hello")
+            api.wait_sent(user, 1)
+            api.push_text(user, "/me add I like green tea.")
+            api.wait_sent(user, 2)
+            api.push_text(user, "/export")
+            texts = api.wait_sent(user, 4)
+        finally:
+            assert bot.stop() == 0
+    assert texts[2] == "[file " + api.files[0]["file_name"] + "]"
+    assert texts[3].startswith("Here is the export of this conversation (2 stored messages, 1 person note)")
+    assert api.violations == []
+    with zipfile.ZipFile(io.BytesIO(api.files[0]["data"])) as z:
+        data = json.loads(z.read("export.json"))
+    assert data["session"]["session_id"] == f"weixin:{user}"
+    assert data["parts"]["person_notes"]["notes"] == ["I like green tea."]
+    assert list((tmp_path / "data" / "exports").glob("*.zip")) == []
