@@ -2,9 +2,11 @@
 
 A part is a name (its key in ``export.json``), a title (its heading in ``export.md``) and an async
 ``collect(request)`` returning a :class:`Section`: a JSON value and its Markdown, files to copy into the zip,
-or for a long list (the history), ``rows``: an async iterator of ``(JSON item, Markdown text)`` pairs written
-one at a time, so nothing long is held in memory. Parts run in registration order; one that fails is
-recorded in the export as failed, and the others still go in.
+or for a long list (the history), ``pages``: an async iterator of lists of records (a database page each)
+with ``row``, which turns one record into its ``(JSON item, Markdown text)``; the writer calls ``row`` in a
+worker thread, a page at a time, so a long list is neither held in memory nor encoded on the event loop.
+Parts run in registration order; one that fails is recorded in the export as failed, and the others still
+go in.
 
 The built-in parts: ``history`` (every stored message, trimmed and cleared ones included, with date and
 role), ``summary`` (the summary injected into the context), ``memory_files`` (the daily files), ``notes``
@@ -45,19 +47,21 @@ class ExportRequest:
     zone: tzinfo
 
 
-Rows = Callable[[], AsyncIterator[tuple[Any, str]]]
+Pages = Callable[[], AsyncIterator[list[Any]]]
 
 
 @dataclass
 class Section:
-    """One part's content: ``data`` (JSON) and ``markdown``, or ``rows`` for a streamed list; ``files`` are
-    ``(name in the zip, path on disk)`` pairs copied into the zip as they are."""
+    """One part's content: ``data`` (JSON) and ``markdown``, or ``pages`` and ``row`` for a streamed list;
+    ``files`` are ``(name in the zip, path on disk)`` pairs copied into the zip as they are."""
 
     data: Any = None
     markdown: str = ""
     files: list[tuple[str, Path]] = field(default_factory=list)
-    rows: Rows | None = None
-    #: what the reply says of this part ("1 daily memory file"; with ``rows``, the noun after their count), or ""
+    #: a long list: its records, a page at a time, and one record as (JSON item, Markdown) (a worker thread)
+    pages: Pages | None = None
+    row: Callable[[Any], tuple[Any, str]] | None = None
+    #: what the reply says of this part ("1 daily memory file"; with ``pages``, the noun after their count), or ""
     summary: str = ""
 
 
@@ -134,24 +138,26 @@ async def history(request: ExportRequest) -> Section:
     sid = request.session.session_id
     row = await services.store.run(session_row, sid)
     start = row["context_start_seq"] if row else 1
+    zone = request.zone
 
-    async def rows() -> AsyncIterator[tuple[Any, str]]:
+    async def pages() -> AsyncIterator[list[Any]]:
         after = 0
         while True:
-            page = await services.store.run(message_page, sid, after, PAGE)
-            for seq, role, content, created in page:
-                in_context = seq >= start
-                item = {"seq": seq, "role": role, "created_at": iso(created), "in_context": in_context,
-                        "content": content}
-                mark = "" if in_context else " · no longer in the context"
-                md = (f"**{role}** · {local(created, request.zone)} · #{seq}{mark}\n\n"
-                      f"{_fence(message_text(content))}\n\n")
-                yield item, md
+            page = await services.store.run_long(message_page, sid, after, PAGE)  # off the loop
+            if page:
+                yield page
             if len(page) < PAGE:
                 return
             after = page[-1][0]
 
-    return Section(rows=rows, summary="stored messages")  # the writer counts the rows
+    def one(record: Any) -> tuple[Any, str]:
+        seq, role, content, created = record
+        in_context = seq >= start
+        item = {"seq": seq, "role": role, "created_at": iso(created), "in_context": in_context, "content": content}
+        mark = "" if in_context else " · no longer in the context"
+        return item, f"**{role}** · {local(created, zone)} · #{seq}{mark}\n\n{_fence(message_text(content))}\n\n"
+
+    return Section(pages=pages, row=one, summary="stored messages")  # the writer counts the rows
 
 
 async def summary(request: ExportRequest) -> Section:

@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from export.parts import ExportPart, ExportRequest, Section, dumps, file_stem
 
@@ -27,8 +27,6 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "longchat-export"
 VERSION = 1
-#: Items of a streamed part written to the zip in one go (one hop to a worker thread).
-BATCH = 200
 
 
 @dataclass
@@ -138,9 +136,9 @@ async def _write_parts(request: ExportRequest, parts: list[ExportPart], archive:
             continue
         prefix = ("" if first else ", ") + dumps(part.name) + ": "
         first = False
-        if section.rows is not None:  # a failure midway fails the whole export: half a list is no export
-            count = await _write_rows(section, archive, md, prefix)
-            result.summaries.append(f"{count} {section.summary}".strip())
+        if section.pages is not None:  # a failure midway fails the whole export: half a list is no export
+            count = await _write_pages(section, archive, md, prefix)
+            result.summaries.append(f"{count:,} {section.summary}".strip())
         else:
             await asyncio.to_thread(archive.write_json, prefix + dumps(section.data))
             md.write(section.markdown.rstrip() + "\n")
@@ -151,21 +149,27 @@ async def _write_parts(request: ExportRequest, parts: list[ExportPart], archive:
     return files
 
 
-async def _write_rows(section: Section, archive: _Zip, md: IO[str], prefix: str) -> int:
-    """Stream a part's rows, a batch at a time: a JSON list into the zip, Markdown into ``md``; return how many."""
-    assert section.rows is not None
+async def _write_pages(section: Section, archive: _Zip, md: IO[str], prefix: str) -> int:
+    """Stream a part's pages: a JSON list into the zip, Markdown into ``md``, each page encoded and written in a
+    worker thread; return how many rows."""
+    assert section.pages is not None and section.row is not None
+    row = section.row
     count = 0
-    batch: list[str] = []
+
+    def write(page: list[Any], first: bool) -> None:
+        items, texts = [], []
+        for record in page:
+            item, text = row(record)
+            items.append(dumps(item))
+            texts.append(text)
+        archive.write_json(("" if first else ", ") + ", ".join(items))
+        md.write("".join(texts))
+
     await asyncio.to_thread(archive.write_json, prefix + "[")
-    async for item, markdown in section.rows():
-        batch.append(dumps(item))
-        md.write(markdown)
-        count += 1
-        if len(batch) >= BATCH:
-            await asyncio.to_thread(archive.write_json, (", " if count > len(batch) else "") + ", ".join(batch))
-            batch.clear()
-    if batch:
-        await asyncio.to_thread(archive.write_json, (", " if count > len(batch) else "") + ", ".join(batch))
+    async for page in section.pages():
+        if page:
+            await asyncio.to_thread(write, page, count == 0)
+            count += len(page)
     await asyncio.to_thread(archive.write_json, "]")
     if not count:
         md.write("Nothing is stored.\n")

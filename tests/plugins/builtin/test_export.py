@@ -168,7 +168,7 @@ async def test_a_long_history_is_read_page_by_page_and_parts_can_be_added(tmp_pa
         parts.register(ExportPart("images", "Images", broken))
         monkeypatch.setattr(export_plugin, "PARTS", parts)
         reply = await bot.say("/export", terminal=True, **ALICE)
-        assert f"{n + 2} stored messages" in reply and "1 reminder" in reply
+        assert f"{n + 2:,} stored messages" in reply and "1 reminder" in reply
         assert "could not export: images (see the log)" in reply
         data, md, _ = opened(path_in(reply))
     history = data["parts"]["history"]
