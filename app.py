@@ -50,6 +50,7 @@ from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.leader import Leadership
 from memory.daily import DailyMemory, MemoryWritten
+from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import install as install_plugins
 from store.conversations import ConversationStore
 from store.locks import locks_for
@@ -174,6 +175,7 @@ class App:
         tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
         written = MemoryWritten()  # what is written to memory reaches the plugins' memory_written (indexers)
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
+        people = PersonNotes(daily.root / PEOPLE_DIR)  # person notes: kept out of the index, read by the prompt
         live = LiveSessions()  # the loaded contexts: the session manager fills it, the summariser injects into it
         counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
         windows = ModelWindows(holder)  # the models' windows (configured, asked of the server, the table)
@@ -181,12 +183,13 @@ class App:
                                 on_written=written.notify, counter=counters, window=windows)
         sessions = SessionManager(store, holder, summarizer, live=live)
         agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
-                      notes=daily.long_term_notes, counter=counters, windows=windows)
+                      notes=daily.long_term_notes, person_notes=people.for_prompt, counter=counters,
+                      windows=windows)
         admins = Admins(store, holder, shared=locks.shared)
         await admins.load()
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
                             commands=CommandRegistry(), admins=admins, locks=locks, memory=daily,
-                            summarizer=summarizer)
+                            people=people, summarizer=summarizer)
         # plugins: commands, tools and message hooks; config.json edits apply live
         plugins = install_plugins(services)
         written.subscribe(plugins.memory_written)

@@ -43,6 +43,7 @@ from agent.window import ModelWindows
 from core.errors import ContextOverflowError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse, StreamingLLM
 from core.turns import Turn
+from memory.person import prompt_person
 from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ class Agent:
         config: Callable[[], Any],
         sink: DropSink,
         notes: Callable[[str], str | None] | None = None,
+        person_notes: Callable[[str], str | None] | None = None,
         counter: Callable[[str], TokenCounter] | None = None,
         windows: ModelWindows | None = None,
     ) -> None:
@@ -170,6 +172,8 @@ class Agent:
         self.config = config
         self.sink = sink
         self.notes = notes
+        #: ``person_notes(<channel>:<user id>)``: a person's PERSON.md for the prompt (memory/person.py)
+        self.person_notes = person_notes
         #: the models' context windows and where they came from (configured, the server, the table)
         self.windows = windows or ModelWindows(config)
         #: seconds a turn's model calls may take in all (tests shorten it)
@@ -183,12 +187,20 @@ class Agent:
 
     # --- helpers -------------------------------------------------------------------------
     def system_prompt(self, state: SessionState) -> str:
-        """The persona plus the session's long-term notes (MEMORY.md), if any."""
+        """The persona plus the session's long-term notes (MEMORY.md) and, in a private chat or a per-member group
+        session, its owner's person notes (PERSON.md), never in a shared group session (DESIGN §1.6). The same
+        text every turn while the files are unchanged, so a provider's prompt cache keeps the prefix."""
         prompt = self.config().character_desc
         if self.notes is not None:
             notes = self.notes(state.session_id)
             if notes:
                 prompt += "\n\n# Long-term notes for this conversation (MEMORY.md)\n" + notes
+        person = prompt_person(state.info) if self.person_notes is not None else None
+        if person is not None:
+            about = self.person_notes(person)
+            if about:
+                prompt += ("\n\n# What the person you are talking with asked you to remember about them "
+                           "(PERSON.md)\n" + about)
         return prompt
 
     def budget(self, state: SessionState, system_prompt: str) -> Budget:
@@ -316,7 +328,7 @@ class Agent:
                 raise LookupError(f"unknown tool {name!r}; available: {', '.join(self.tools.names())}")
             args = parse_arguments(arguments)
             turns = state.turns()
-            ctx = ToolContext(session_id=state.session_id, config=self.config(),
+            ctx = ToolContext(session_id=state.session_id, config=self.config(), info=state.info,
                               data_dir=self.config().data_path(), turn_start_seq=turns[-1].first_seq if turns else 0)
             text = await tool.call(ctx, args)
         except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, the turn goes on

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the parts' modules import each other's packages; the types 
     from dispatcher.admins import Admins
     from dispatcher.commands import CommandRegistry
     from memory.daily import DailyMemory
+    from memory.person import PersonNotes
     from memory.search import MemorySearch
     from plugins.manager import PluginManager
     from store.conversations import ConversationStore
@@ -43,6 +44,8 @@ class Services:
     locks: Locks
     #: the daily memory files and notes
     memory: DailyMemory
+    #: the person notes (PERSON.md), which the system prompt reads too
+    people: PersonNotes
     #: the summariser; None in tests that run without one
     summarizer: Summarizer | None = None
     #: the plugin manager, once :func:`plugins.manager.install` has loaded the plugins

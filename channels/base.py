@@ -20,6 +20,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from core.messages import IncomingMessage, MessageHandler, MessageSubmitter, ReplyStream
@@ -152,6 +153,15 @@ class BaseChannel(ABC):
     def open_stream(self, to: IncomingMessage) -> ReplyStream | None:
         """A stream for one reply to ``to``, or None when this channel sends whole answers only."""
         return None
+
+    #: the largest file :meth:`send_file` sends, in bytes; 0 (the default) when the channel sends no files
+    #: (``/export`` then writes the file under ``<data_dir>/exports/`` and answers with its path)
+    max_file_bytes: int = 0
+
+    async def send_file(self, to: IncomingMessage, path: Path, *, filename: str, caption: str = "") -> None:
+        """Send the file at ``path`` as a document named ``filename`` to the chat ``to`` came from. Only
+        called when :attr:`max_file_bytes` is set and the file is no larger; raises when it was not sent."""
+        raise NotImplementedError(f"channel {self.name} sends no files")
 
     def retry_delay(self, exc: BaseException, attempt: int) -> float | None:
         """After :meth:`send` raised ``exc``: None when retrying cannot help, else the least wait in seconds

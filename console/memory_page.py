@@ -18,14 +18,11 @@ from aiohttp import web
 
 from console.server import console_of
 from memory.daily import FILE_LOCKS, LONG_TERM_FILE, session_dir_name
-from memory.notes import NOTES_MAX_CHARS, _write_atomic
+from memory.notes import NOTES_MAX_CHARS, write_atomic
+from memory.person import PEOPLE_DIR, PERSON_FILE, PERSON_MAX_CHARS
 
 logger = logging.getLogger(__name__)
 
-PEOPLE_DIR = "people"
-PERSON_FILE = "PERSON.md"
-#: The largest PERSON.md, in characters (the same cap as MEMORY.md).
-PERSON_MAX_CHARS = NOTES_MAX_CHARS
 _FOLDER = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -143,7 +140,7 @@ async def save(request: web.Request) -> web.StreamResponse:
                          "note). Copy your text, reload the page, and apply your change again.", status=409)
         if text.strip() and not text.endswith("\n"):
             text += "\n"
-        await asyncio.to_thread(_write_atomic, path, text)
+        await asyncio.to_thread(write_atomic, path, text)
     logger.info("web console: %s saved (%d characters)", path.relative_to(_root(services)), len(text))
     if sid and services.memory_search is not None:
         _reindex(services, sid)

@@ -175,8 +175,8 @@ class DailyMemory:
         self.on_written = on_written
         #: folders already checked (the system prompt reads MEMORY.md every turn: two realpath walks a turn)
         self._dirs: dict[str, Path] = {}
-        #: per session: MEMORY.md's path, its (mtime, size) when last read, and the text read
-        self._notes: dict[str, tuple[str, tuple[int, int] | None, str | None]] = {}
+        #: per session: MEMORY.md, read again when it changed
+        self._notes = FileCache()
 
     # --- paths ------------------------------------------------------------------------------
     def session_dir(self, session_id: str) -> Path:
@@ -278,9 +278,23 @@ class DailyMemory:
         Asked before every model call: the file is read again only when its modification time or size
         changed, so most calls cost one ``lstat``.
         """
-        cached = self._notes.get(session_id)
+        text = self._notes.read(session_id, lambda: self.session_dir(session_id) / LONG_TERM_FILE)
+        return cut_notes(text, max_lines, max_chars)
+
+
+class FileCache:
+    """Small files read again only when their modification time or size changed: most reads cost one ``lstat``.
+    A symbolic link reads as no file (it is never followed out of the memory folder)."""
+
+    def __init__(self) -> None:
+        #: per key: the file's path, its (mtime, size) when last read, and the text read
+        self._entries: dict[str, tuple[str, tuple[int, int] | None, str | None]] = {}
+
+    def read(self, key: str, path_of: Callable[[], Path]) -> str | None:
+        """The text of the file ``path_of()`` (asked once per key), or None when there is none."""
+        cached = self._entries.get(key)
         if cached is None:
-            path, stamp, text = str(self.session_dir(session_id) / LONG_TERM_FILE), None, None
+            path, stamp, text = str(path_of()), None, None
         else:
             path, stamp, text = cached
         try:
@@ -288,18 +302,21 @@ class DailyMemory:
         except (FileNotFoundError, NotADirectoryError):
             new_stamp = None
         else:
-            # A symlink is never followed out of the memory folder.
             new_stamp = None if stat.S_ISLNK(st.st_mode) else (st.st_mtime_ns, st.st_size)
         if cached is None or new_stamp != stamp:
             text = _read_text(Path(path)) if new_stamp is not None else None
-            if len(self._notes) >= MAX_CACHED_DIRS:
-                self._notes.clear()
-            self._notes[session_id] = (path, new_stamp, text)
-        return _cut_notes(text, max_lines, max_chars)
+            if len(self._entries) >= MAX_CACHED_DIRS:
+                self._entries.clear()
+            self._entries[key] = (path, new_stamp, text)
+        return text
+
+    def drop(self, key: str) -> None:
+        """Forget what is cached for ``key``."""
+        self._entries.pop(key, None)
 
 
-def _cut_notes(text: str | None, max_lines: int, max_chars: int) -> str | None:
-    """MEMORY.md's text cut to ``max_lines`` and ``max_chars`` with a notice, or None when empty."""
+def cut_notes(text: str | None, max_lines: int, max_chars: int, label: str = LONG_TERM_FILE) -> str | None:
+    """A notes file's text cut to ``max_lines`` and ``max_chars`` with a notice, or None when empty."""
     if text is None or not text.strip():
         return None
     text = text.strip("\n")
@@ -313,7 +330,7 @@ def _cut_notes(text: str | None, max_lines: int, max_chars: int) -> str | None:
     if kept == text:
         return text
     shown = len(kept.splitlines())
-    return (kept + f"\n[{LONG_TERM_FILE} cut: showing {shown} of {total_lines} lines, "
+    return (kept + f"\n[{label} cut: showing {shown} of {total_lines} lines, "
             f"{len(kept):,} of {total_chars:,} characters]")
 
 

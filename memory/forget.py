@@ -28,6 +28,8 @@ class ForgetReport:
 
     rows: dict[str, int] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    #: the person notes deleted with a private chat (None: not asked, a group)
+    person_notes: int | None = None
 
     def describe(self) -> str:
         """A sentence or two for the user."""
@@ -45,6 +47,9 @@ class ForgetReport:
                     if t not in ("messages", "memory_chunks", "sessions", "group_messages"))
         if other:
             parts.append(f"{other} other record{'s' if other != 1 else ''}")
+        if self.person_notes is not None:
+            n = self.person_notes
+            parts.append(f"your {n} person note{'s' if n != 1 else ''} (/me)" if n else "no person notes (/me)")
         return "Deleted for good: " + ", ".join(parts) + "."
 
 

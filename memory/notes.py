@@ -1,5 +1,7 @@
 """``memory_write``: durable notes appended to a session's MEMORY.md, capped, without duplicates, atomically.
 
+The same rules write a person's PERSON.md (:mod:`memory.person`) through :func:`append_line`.
+
 A note is one line ``- <text>`` (inner line breaks become spaces). A note the file already holds (same
 words, any case or spacing) is not written again. The whole file is rewritten through a temporary file and
 ``os.replace``, so a crash leaves the old file or the new one, never half a note; writes to one file take
@@ -38,16 +40,17 @@ class NoteResult:
 
     def message(self) -> str:
         """A sentence for the model."""
+        label = self.path.name
         if self.status == "saved":
-            return f"Saved to {LONG_TERM_FILE} ({self.size:,} of {NOTES_MAX_CHARS:,} characters used)."
+            return f"Saved to {label} ({self.size:,} of {NOTES_MAX_CHARS:,} characters used)."
         if self.status == "duplicate":
-            return f"Already in {LONG_TERM_FILE}; nothing written."
+            return f"Already in {label}; nothing written."
         if self.status == "empty":
             return "Nothing to save: the note is empty."
         if self.status == "too_long":
             return (f"Not saved: a note may have at most {NOTE_MAX_CHARS:,} characters; "
                     "shorten it to the essential fact.")
-        return (f"Not saved: {LONG_TERM_FILE} is full ({self.size:,} of {NOTES_MAX_CHARS:,} characters). "
+        return (f"Not saved: {label} is full ({self.size:,} of {NOTES_MAX_CHARS:,} characters). "
                 "Tell the user; an operator can tidy the file.")
 
 
@@ -55,9 +58,11 @@ def _key(text: str) -> str:
     return _SPACE.sub(" ", text.removeprefix("- ").strip()).casefold()
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".MEMORY.", suffix=".tmp", dir=path.parent)
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` through a temporary file beside it (owner-only, as every file the bot
+    writes): a crash leaves the old file or the new one."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
@@ -69,9 +74,17 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+_write_atomic = write_atomic  # the web console's name for it
+
+
+def lock_key(path: Path) -> Path:
+    """The key of a memory file's lock in ``FILE_LOCKS``: its resolved path."""
+    return path.resolve()
+
+
 def _append(path: Path, note: str) -> NoteResult:
     if path.is_symlink():
-        raise ValueError(f"{LONG_TERM_FILE} is a symbolic link; refusing to write through it")
+        raise ValueError(f"{path.name} is a symbolic link; refusing to write through it")
     try:
         old = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -82,20 +95,27 @@ def _append(path: Path, note: str) -> NoteResult:
     new = (old if not old or old.endswith("\n") else old + "\n") + f"- {note}\n"
     if len(new) > NOTES_MAX_CHARS:
         return NoteResult("full", path, note, len(old))
-    _write_atomic(path, new)
+    write_atomic(path, new)
     return NoteResult("saved", path, note, len(new))
 
 
-async def append_note(memory: DailyMemory, session_id: str, text: str) -> NoteResult:
-    """Append ``text`` as one note to the session's MEMORY.md, unless empty, too long, known, or the file is full."""
-    path = memory.session_dir(session_id) / LONG_TERM_FILE
+async def append_line(path: Path, text: str) -> NoteResult:
+    """Append ``text`` as one note ``- <text>`` to the notes file ``path``, unless empty, too long, known, or
+    the file is full; on the file's lock."""
     note = _SPACE.sub(" ", text).strip()
     if not note:
         return NoteResult("empty", path)
     if len(note) > NOTE_MAX_CHARS:
         return NoteResult("too_long", path, note)
-    async with FILE_LOCKS.hold(path.resolve()):
-        result = await asyncio.to_thread(_append, path, note)
+    async with FILE_LOCKS.hold(lock_key(path)):
+        return await asyncio.to_thread(_append, path, note)
+
+
+async def append_note(memory: DailyMemory, session_id: str, text: str) -> NoteResult:
+    """Append ``text`` as one note to the session's MEMORY.md, unless empty, too long, known, or the file is full."""
+    path = memory.session_dir(session_id) / LONG_TERM_FILE
+    result = await append_line(path, text)
+    note = result.note
     logger.info("session %s: memory_write %s (%d characters)", session_id, result.status, len(note))
     if result.status == "saved":
         await notify_written(memory.on_written, session_id, "note", result.note, path)

@@ -274,6 +274,10 @@ class ConversationStore:
         assert self.database is not None, "store is not open"
         return await self.database.run(fn, *args)
 
+    async def run_long(self, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`run` for reads that take a while (an export's pages): off the event loop on SQLite too."""
+        return await self.database.run_long(fn, *args)
+
     # --- sessions ------------------------------------------------------------------------
     async def ensure_session(self, info: SessionInfo) -> SessionRecord:
         """Return the session, creating it on first use."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # tools stay importable on their own
     from bootstrap.services import Services
     from config.settings import Config
+    from core.records import SessionInfo
     from memory.daily import DailyMemory
     from store.conversations import ConversationStore
 
@@ -45,6 +46,8 @@ class ToolContext:
     memory: DailyMemory | None = None
     #: the first stored message of the turn being answered (0: unknown); searches leave it and later ones out
     turn_start_seq: int = 0
+    #: who the session belongs to (private chat or group, its owner), or None outside a session's turn
+    info: SessionInfo | None = None
 
     def with_services(self, services: Services | None) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""

@@ -8,6 +8,7 @@ import logging
 from agent.tools.base import ToolContext, tool
 from memory.daily import DailyMemory, valid_date
 from memory.notes import append_note
+from memory.person import PEOPLE_DIR, PersonNotes, person_of
 from memory.search import MemorySearch, format_passages
 
 logger = logging.getLogger(__name__)
@@ -69,16 +70,41 @@ async def memory_get(ctx: ToolContext, date: str = "") -> str:
     return text
 
 
+def _people(ctx: ToolContext) -> PersonNotes:
+    """The app's person notes (the prompt reads them through the same cache), or ones on the data folder."""
+    if ctx.services is not None:
+        return ctx.services.people
+    return PersonNotes(ctx.data_dir / "memory" / PEOPLE_DIR)
+
+
+PERSON_SCOPE_REFUSED = ("scope 'person' works only in a private chat with the person (notes about a person are "
+                        "written only there); nothing was saved. Use scope 'session' for this conversation's "
+                        "notes, or ask them to tell you in a private chat.")
+
+
 @tool
-async def memory_write(ctx: ToolContext, text: str) -> str:
-    """Save a durable note to this conversation's long-term notes (MEMORY.md), which you see in every later turn.
+async def memory_write(ctx: ToolContext, text: str, scope: str = "session") -> str:
+    """Save a durable note, which you see in every later turn: to this conversation's notes (MEMORY.md), or with
+    scope "person" in a private chat, to the notes about the person you talk with (PERSON.md), which follow them
+    into their other conversations with you but never into a group conversation shared with others.
 
     Use it for facts worth keeping beyond the current context: the user's name, preferences, decisions,
-    commitments. One short self-contained sentence per note; a note already saved is not saved twice.
+    commitments. One short self-contained sentence per note; a note already saved is not saved twice. Use
+    scope "person" only for what the person asks you to remember about themself.
 
     Args:
         text: the note, e.g. "Alice's budget for the trip is 2,000 EUR."
+        scope: "session" (this conversation, the default) or "person" (the speaker, in a private chat only)
     """
+    scope = scope.strip().lower()
+    if scope == "person":
+        info = ctx.info
+        if info is None or info.is_group or not info.user_id:
+            raise ValueError(PERSON_SCOPE_REFUSED)
+        return (await _people(ctx).add(person_of(info.channel, info.user_id), text)).message()
+    if scope != "session":
+        raise ValueError(f"unknown scope {scope!r}: use \"session\" (this conversation) or \"person\" "
+                         "(the speaker, in a private chat only); nothing was saved")
     result = await append_note(_memory(ctx), ctx.session_id, text)  # indexed through memory_written
     return result.message()
 

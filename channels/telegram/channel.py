@@ -36,6 +36,7 @@ import re
 import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -73,6 +74,8 @@ GROUP_EDIT_BURST = 3
 RENDER_IN_THREAD_CHARS = 4 * MAX_MESSAGE_LENGTH
 #: Seconds a Bot API call other than getUpdates may take (write and read each) before it counts as failed.
 SEND_TIMEOUT = 20.0
+#: seconds an upload (sendDocument, up to 50 MB) may take
+FILE_WRITE_TIMEOUT = 300.0
 #: What Telegram accepts as a command name in the menu.
 MENU_COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 #: Telegram's limit for a command's description in the menu.
@@ -384,6 +387,23 @@ class TelegramChannel(BaseChannel):
             return await bot.send_message(chat_id, text, parse_mode=parse_mode, **plain)
 
         return await send_or_edit_html(send, source, rendered)
+
+    #: the Bot API's upload limit for bots (multipart/form-data), 50 MB
+    max_file_bytes = 50 * 1000 * 1000
+
+    async def send_file(self, to: IncomingMessage, path: Path, *, filename: str, caption: str = "") -> None:
+        """Send a file as a document (``sendDocument``, multipart), answering ``to`` in a group."""
+        bot = self.bot
+        if bot is None:
+            raise RuntimeError("telegram: inactive; the file was not sent")
+        base, reply = self.send_options(to)
+        data = await asyncio.to_thread(path.read_bytes)  # PTB reads an upload whole anyway
+        kwargs: dict[str, Any] = dict(base)
+        if reply is not None:
+            kwargs["reply_parameters"] = reply
+        # An upload of up to 50 MB may take a while on a slow link: the write timeout bounds the whole request.
+        await bot.send_document(int(to.chat_id), document=data, filename=filename, caption=caption or None,
+                                write_timeout=FILE_WRITE_TIMEOUT, read_timeout=FILE_WRITE_TIMEOUT, **kwargs)
 
     # --- streamed replies ----------------------------------------------------------------------
     def open_stream(self, to: IncomingMessage) -> ReplyStream | None:

@@ -9,7 +9,15 @@ The protocol, as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its p
   "get_updates_buf", "longpolling_timeout_ms"}``;
 - ``POST ilink/bot/sendmessage`` ``{"msg": {…, "client_id", "context_token", "item_list"}, "base_info"}``;
 - ``POST ilink/bot/getconfig`` -> ``{"typing_ticket"}``, then ``POST ilink/bot/sendtyping`` (status 1 typing,
-  2 cancel).
+  2 cancel);
+- a file: ``POST ilink/bot/getuploadurl`` ``{"filekey" (16 random bytes, hex), "media_type": 3, "to_user_id",
+  "rawsize", "rawfilemd5", "filesize" (the encrypted size), "no_need_thumb": true, "aeskey" (hex)}`` ->
+  ``{"upload_full_url"}`` or ``{"upload_param"}``; the file encrypted with AES-128-ECB (PKCS#7 padding) under
+  that key is ``POST``ed (``application/octet-stream``) to ``upload_full_url``, or to
+  ``<CDN>/upload?encrypted_query_param=<upload_param>&filekey=<filekey>``, which answers with the download
+  parameter in its ``x-encrypted-param`` header; then ``sendmessage`` with one item ``{"type": 4,
+  "file_item": {"media": {"encrypt_query_param", "aes_key" (base64 of the hex key), "encrypt_type": 1},
+  "file_name", "len" (the plain size, a string)}}``.
 
 Every POST carries ``AuthorizationType: ilink_bot_token``, ``Authorization: Bearer <bot token>`` and
 ``X-WECHAT-UIN`` (base64 of a random uint32 in decimal). A non-zero ``ret`` or ``errcode`` is an error;
@@ -28,12 +36,14 @@ token or the QR code's value.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -60,6 +70,28 @@ TEXT_ITEM, IMAGE_ITEM, VOICE_ITEM, FILE_ITEM, VIDEO_ITEM = 1, 2, 3, 4, 5
 #: message_type: sent by a person, sent by a bot; message_state: finished
 USER_MESSAGE, BOT_MESSAGE, FINISHED = 1, 2, 2
 TYPING, TYPING_CANCEL = 1, 2
+#: getuploadurl's media_type of a file (1 image, 2 video); a media reference's encrypt_type (AES-128-ECB)
+FILE_MEDIA, AES_ECB = 3, 1
+#: where files are uploaded when getuploadurl gives an ``upload_param`` only
+CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"
+#: seconds a file upload to the CDN may take
+UPLOAD_TIMEOUT_S = 300.0
+
+
+def encrypt_file(data: bytes, key: bytes) -> bytes:
+    """``data`` encrypted with AES-128-ECB and PKCS#7 padding, as WeChat's CDN stores files."""
+    from cryptography.hazmat.primitives import padding
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    padder = padding.PKCS7(128).padder()
+    padded = padder.update(data) + padder.finalize()
+    encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305 - WeChat's CDN protocol
+    return encryptor.update(padded) + encryptor.finalize()
+
+
+def cdn_upload_url(upload_param: str, filekey: str, base: str = CDN_BASE_URL) -> str:
+    """The CDN address of an upload that getuploadurl described by ``upload_param`` only."""
+    return f"{base}/upload?encrypted_query_param={quote(upload_param, safe='')}&filekey={quote(filekey, safe='')}"
 
 
 class ILinkError(BotError):
@@ -195,12 +227,43 @@ class ILinkClient:
 
     async def send_text(self, to_user_id: str, text: str, context_token: str) -> str:
         """Send one finished text message in reply to a message's ``context_token``; returns its client_id."""
+        return await self._send_item(to_user_id, {"type": TEXT_ITEM, "text_item": {"text": text}}, context_token)
+
+    async def _send_item(self, to_user_id: str, item: dict[str, Any], context_token: str) -> str:
         client_id = uuid.uuid4().hex
         msg = {"from_user_id": "", "to_user_id": to_user_id, "client_id": client_id,
                "message_type": BOT_MESSAGE, "message_state": FINISHED, "context_token": context_token,
-               "item_list": [{"type": TEXT_ITEM, "text_item": {"text": text}}]}
+               "item_list": [item]}
         await self._post("sendmessage", "ilink/bot/sendmessage", {"msg": msg}, CALL_TIMEOUT_S)
         return client_id
+
+    async def send_file(self, to_user_id: str, filename: str, data: bytes, context_token: str) -> str:
+        """Upload ``data`` encrypted to WeChat's CDN and send it as a file named ``filename``; returns the
+        message's client_id."""
+        key, filekey = secrets.token_bytes(16), secrets.token_hex(16)
+        encrypted = encrypt_file(data, key)
+        answer = await self._post("getuploadurl", "ilink/bot/getuploadurl", {
+            "filekey": filekey, "media_type": FILE_MEDIA, "to_user_id": to_user_id, "rawsize": len(data),
+            "rawfilemd5": hashlib.md5(data).hexdigest(), "filesize": len(encrypted),  # noqa: S324 - the protocol's
+            "no_need_thumb": True, "aeskey": key.hex()}, CALL_TIMEOUT_S)
+        url = str(answer.get("upload_full_url") or "").strip()
+        param = str(answer.get("upload_param") or "").strip()
+        if not url and not param:
+            raise ILinkError("getuploadurl", -1, -1, "no upload address in the answer")
+        async with self.session.post(url or cdn_upload_url(param, filekey), data=encrypted,
+                                     headers={"Content-Type": "application/octet-stream"},
+                                     timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_S)) as resp:
+            if resp.status != 200:
+                logger.warning("weixin: the CDN refused the upload: HTTP %d %s", resp.status,
+                               resp.headers.get("x-error-message", ""))
+                raise ILinkHTTPError("cdn upload", resp.status)
+            download = resp.headers.get("x-encrypted-param", "").strip()
+        if not download:
+            raise ILinkError("cdn upload", -1, -1, "no x-encrypted-param in the answer")
+        media = {"encrypt_query_param": download, "aes_key": base64.b64encode(key.hex().encode()).decode(),
+                 "encrypt_type": AES_ECB}
+        item = {"type": FILE_ITEM, "file_item": {"media": media, "file_name": filename, "len": str(len(data))}}
+        return await self._send_item(to_user_id, item, context_token)
 
     async def typing_ticket(self, user_id: str, context_token: str) -> str:
         """The ticket that lets the bot show "typing…" to ``user_id``."""

@@ -20,6 +20,9 @@ MEMORY_USAGE = "Usage: /memory shows this conversation's memory; /memory rebuild
 FORGET_USAGE = "Usage: /forget, then /forget confirm."
 FORGET_ASK = ("This deletes this conversation's stored history, its memory files, its long-term notes and "
               "its search index, for good. Send /forget confirm to go ahead.")
+FORGET_ASK_PRIVATE = ("This deletes this conversation's stored history, its memory files, its long-term notes, "
+                      "its search index and what I keep about you (/me), for good. Send /forget confirm to go "
+                      "ahead.")
 ADMINS_ONLY = "Sorry, /memory rebuild is for admins."
 
 
@@ -84,8 +87,9 @@ async def forget_command(request: CommandRequest) -> str:
         return FORGET_USAGE
     if is_shared_group(request.session) and not request.is_admin:
         return SHARED_GROUP_REPLY.format(what="forget")
+    private = not request.message.is_group
     if not arg:
-        return FORGET_ASK
+        return FORGET_ASK_PRIVATE if private else FORGET_ASK
     services = request.services
     search = searcher(services)
     state = await services.sessions.get(request.session)
@@ -94,6 +98,8 @@ async def forget_command(request: CommandRequest) -> str:
         state.reset(0)  # a turn already waiting for this lock holds this state: it must see nothing forgotten
         services.sessions.forget(request.session_id)
         search.forget(request.session_id)
+    if private:  # the person's notes go too (DESIGN §1.6); they are written only here
+        report.person_notes = await asyncio.to_thread(services.people.delete, request.user_key)
     await forget_in_channel(request)
     return report.describe()
 

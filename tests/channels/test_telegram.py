@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
+from telegram.error import TelegramError
 
 from channels.telegram.channel import TOKEN_REJECTED, TelegramChannel
 from channels.telegram.text import render_chunks, split_text, utf16_len
@@ -493,3 +494,19 @@ async def test_edit_slots_keep_a_group_within_its_pace_but_allow_a_short_burst()
     assert [round(w, 2) for w in private] == [0.0, EDIT_INTERVAL, 2 * EDIT_INTERVAL]
     ch.hold_chat(42, 30)
     assert ch.edit_slot(42, is_group=False) >= 29.9
+
+
+async def test_send_file_uploads_a_document_answering_in_its_topic(api, channel, tmp_path):
+    path = tmp_path / "export.zip"
+    path.write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    to = IncomingMessage(channel="telegram", chat_id="-100", user_id="7", text="/export", is_group=True,
+                         message_id="-100:55", extra={"thread_id": 9})
+    assert channel.max_file_bytes == 50_000_000
+    await channel.send_file(to, path, filename="export-telegram_group.zip", caption="Export: 3 stored messages.")
+    [doc] = api.documents
+    assert (doc["chat_id"], doc["file_name"], doc["data"]) == (-100, "export-telegram_group.zip", path.read_bytes())
+    assert doc["caption"] == "Export: 3 stored messages." and doc["params"]["message_thread_id"] == 9
+    assert doc["params"]["reply_parameters"] == {"message_id": 55, "allow_sending_without_reply": True}
+    api.fail_next("sendDocument", 413, "Request Entity Too Large")
+    with pytest.raises(TelegramError):
+        await channel.send_file(to, path, filename="again.zip")

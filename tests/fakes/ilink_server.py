@@ -5,9 +5,13 @@ give it: ``GET ilink/bot/get_bot_qrcode?bot_type=3``, ``GET ilink/bot/get_qrcode
 the status changes), and the bot calls, all ``POST`` with JSON and ``base_info``: ``getupdates`` (a long poll
 with an opaque ``get_updates_buf`` cursor and ``longpolling_timeout_ms``), ``sendmessage`` (``client_id``,
 ``context_token``, one text item of at most 4,000 characters), ``getconfig`` (``typing_ticket``) and
-``sendtyping``. Every bot call must carry ``Content-Type: application/json``, ``AuthorizationType:
-ilink_bot_token``, ``Authorization: Bearer <token>`` and ``X-WECHAT-UIN`` (base64 of a decimal uint32); a
-request that does not is answered 400 and recorded in :attr:`FakeILink.violations`. A token WeChat ended
+``sendtyping``; and a file: ``getuploadurl`` (the upload's key, sizes and MD5), the CDN upload of the
+encrypted file (AES-128-ECB, at the ``upload_full_url`` the fake hands out, which answers the download parameter
+in ``x-encrypted-param``) and ``sendmessage`` with one file item referring to it; the decrypted file is
+checked against the declared size and MD5 and kept in :attr:`FakeILink.files`. Every bot call must carry
+``Content-Type: application/json``, ``AuthorizationType: ilink_bot_token``, ``Authorization: Bearer <token>``
+and ``X-WECHAT-UIN`` (base64 of a decimal uint32); a request that does not is answered 400 and recorded in
+:attr:`FakeILink.violations`. A token WeChat ended
 (:meth:`FakeILink.end_session`) is answered ``{"ret": -14, "errcode": -14, "errmsg": "session timeout"}``.
 
 The server runs aiohttp on its own event loop in a background thread, so sync tests (``app.py`` in a
@@ -24,13 +28,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import itertools
 import json
+import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Self
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -99,6 +106,11 @@ class FakeILink:
         self.typing: list[tuple[str, int]] = []
         self.tickets: dict[str, str] = {}
         self.violations: list[str] = []
+        #: uploads announced by getuploadurl (upload_param -> details), and the uploaded ones by download param
+        self.uploads: dict[str, dict[str, Any]] = {}
+        self.uploaded: dict[str, dict[str, Any]] = {}
+        #: files the bot sent: {"to", "file_name", "data", "context_token"}
+        self.files: list[dict[str, Any]] = []
         #: every request: (method, path)
         self.requests: list[tuple[str, str]] = []
         #: answer the next n bot calls with HTTP 500 (a flaky gateway)
@@ -139,8 +151,10 @@ class FakeILink:
         app.router.add_post("/ilink/bot/get_bot_qrcode", self._get_qrcode)
         app.router.add_get("/ilink/bot/get_qrcode_status", self._qrcode_status)
         for name, handler in (("getupdates", self._getupdates), ("sendmessage", self._sendmessage),
-                              ("getconfig", self._getconfig), ("sendtyping", self._sendtyping)):
+                              ("getconfig", self._getconfig), ("sendtyping", self._sendtyping),
+                              ("getuploadurl", self._getuploadurl)):
             app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
+        app.router.add_post("/c2c/upload", self._cdn_upload)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -337,6 +351,8 @@ class FakeILink:
             problems.append("context_token is not one given with a message of to_user_id")
         if msg.get("message_type") != 2 or msg.get("message_state") != 2 or msg.get("from_user_id") != "":
             problems.append("message_type/message_state/from_user_id are not 2/2/''")
+        if len(items) == 1 and items[0].get("type") == 4:
+            return self._send_file(msg, items[0], problems)
         if len(items) != 1 or items[0].get("type") != 1 or not isinstance(items[0].get("text_item"), dict):
             problems.append("item_list is not one text item")
         text = str(((items or [{}])[0].get("text_item") or {}).get("text", ""))
@@ -346,6 +362,76 @@ class FakeILink:
             return self._violation("sendmessage: " + "; ".join(problems))
         with self._lock:
             self.sent.append(Sent(msg["to_user_id"], text, msg["context_token"], msg["client_id"]))
+        return web.json_response({"ret": 0})
+
+    # --- files: getuploadurl, the CDN, a file item -------------------------------------------------------
+    async def _getuploadurl(self, body: dict[str, Any]) -> web.Response:
+        problems = []
+        filekey, aeskey = str(body.get("filekey") or ""), str(body.get("aeskey") or "")
+        if not re.fullmatch(r"[0-9a-f]{32}", filekey) or not re.fullmatch(r"[0-9a-f]{32}", aeskey):
+            problems.append("filekey and aeskey must be 16 bytes in hex")
+        if body.get("media_type") not in (1, 2, 3):
+            problems.append("media_type is not 1, 2 or 3")
+        raw, size = body.get("rawsize"), body.get("filesize")
+        if not isinstance(raw, int) or raw <= 0 or size != (raw // 16 + 1) * 16:
+            problems.append("rawsize/filesize are not a size and its AES-ECB padded size")
+        if not re.fullmatch(r"[0-9a-f]{32}", str(body.get("rawfilemd5") or "")) or not body.get("to_user_id"):
+            problems.append("rawfilemd5 or to_user_id missing")
+        if problems:
+            return self._violation("getuploadurl: " + "; ".join(problems))
+        param = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode()
+        with self._lock:
+            self.uploads[param] = {**body}
+        url = f"{self.base_url}/c2c/upload?encrypted_query_param={quote(param, safe='')}&filekey={filekey}"
+        return web.json_response({"ret": 0, "upload_param": param, "upload_full_url": url})
+
+    async def _cdn_upload(self, request: web.Request) -> web.Response:
+        self.requests.append((request.method, request.path))
+        upload = self.uploads.pop(request.query.get("encrypted_query_param", ""), None)
+        if upload is None or request.query.get("filekey") != upload["filekey"]:
+            return web.Response(status=400, headers={"x-error-message": "unknown upload"})
+        if request.headers.get("Content-Type") != "application/octet-stream":
+            return web.Response(status=400, headers={"x-error-message": "not application/octet-stream"})
+        body = await request.read()
+        if len(body) != upload["filesize"]:
+            return web.Response(status=400, headers={"x-error-message": "size mismatch"})
+        from cryptography.hazmat.primitives import padding
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        try:
+            decryptor = Cipher(algorithms.AES(bytes.fromhex(upload["aeskey"])), modes.ECB()).decryptor()
+            unpadder = padding.PKCS7(128).unpadder()
+            data = unpadder.update(decryptor.update(body) + decryptor.finalize()) + unpadder.finalize()
+        except ValueError:
+            return web.Response(status=400, headers={"x-error-message": "bad padding"})
+        if len(data) != upload["rawsize"] or hashlib.md5(data).hexdigest() != upload["rawfilemd5"]:  # noqa: S324
+            return web.Response(status=400, headers={"x-error-message": "md5 mismatch"})
+        download = base64.urlsafe_b64encode(secrets.token_bytes(30)).decode()
+        with self._lock:
+            self.uploaded[download] = {**upload, "data": data}
+        return web.Response(status=200, headers={"x-encrypted-param": download})
+
+    def _send_file(self, msg: dict[str, Any], item: dict[str, Any], problems: list[str]) -> web.Response:
+        file_item = item.get("file_item") or {}
+        media = file_item.get("media") or {}
+        upload = self.uploaded.get(str(media.get("encrypt_query_param") or ""))
+        if upload is None:
+            problems.append("file_item.media.encrypt_query_param is no uploaded file's")
+        else:
+            if media.get("aes_key") != base64.b64encode(upload["aeskey"].encode()).decode():
+                problems.append("aes_key is not base64 of the upload's hex key")
+            if media.get("encrypt_type") != 1 or file_item.get("len") != str(upload["rawsize"]):
+                problems.append("encrypt_type is not 1 or len is not the plain size as a string")
+            if upload["to_user_id"] != msg.get("to_user_id") or not file_item.get("file_name"):
+                problems.append("the upload was for another user, or file_name is missing")
+        if problems:
+            return self._violation("sendmessage: " + "; ".join(problems))
+        assert upload is not None
+        with self._lock:
+            self.files.append({"to": msg["to_user_id"], "file_name": file_item["file_name"], "data": upload["data"],
+                               "context_token": msg["context_token"]})
+            self.sent.append(Sent(msg["to_user_id"], f"[file {file_item['file_name']}]", msg["context_token"],
+                                  msg["client_id"]))
         return web.json_response({"ret": 0})
 
     async def _getconfig(self, body: dict[str, Any]) -> web.Response:

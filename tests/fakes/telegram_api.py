@@ -12,7 +12,8 @@ Incoming traffic is scripted with :meth:`FakeTelegramAPI.push_text`, :meth:`push
 or their load balancer), per chat in order and redelivered on failure (tests/fakes/webhooks.py). Like
 Telegram, a second getUpdates ends the one still waiting with 409 Conflict; :attr:`pollers` records who
 polled. What the bot sent is in
-:attr:`sent`, :attr:`actions`, :attr:`commands`, :attr:`edits` (with :attr:`edit_times`) and, for every call,
+:attr:`sent`, :attr:`documents` (``sendDocument``: multipart uploads of at most 50 MB, as the Bot API),
+:attr:`actions`, :attr:`commands`, :attr:`edits` (with :attr:`edit_times`) and, for every call,
 :attr:`calls`. :attr:`messages` is the chat as its users see it: every bot message with its current text,
 after edits; :meth:`chat_texts` gives a chat's visible texts. Like Telegram, an edit to the same content
 fails with "message is not modified", and an edit of an unknown message with "message to edit not found".
@@ -29,10 +30,12 @@ import html
 import itertools
 import json
 import logging
+import mimetypes
 import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -47,6 +50,18 @@ logger = logging.getLogger(__name__)
 _STRING_PARAMS = frozenset({"text", "parse_mode", "action", "url", "secret_token", "caption", "language_code",
                             "description", "short_description", "name", "ip_address"})
 MAX_MESSAGE_LENGTH = 4096
+#: The Bot API's limits for a bot's upload (multipart/form-data) and for a caption.
+MAX_UPLOAD_BYTES = 50 * 1000 * 1000
+MAX_CAPTION_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class UploadedFile:
+    """A file part of a multipart request: its file name, its declared type and its bytes."""
+
+    filename: str
+    content_type: str
+    data: bytes
 
 
 class TelegramAPIError(Exception):
@@ -106,6 +121,8 @@ class FakeTelegramAPI(FakeService):
         self.actions: list[dict[str, Any]] = []
         self.commands: list[list[dict[str, Any]]] = []
         self.edits: list[dict[str, Any]] = []
+        #: every document sent: {"chat_id", "message_id", "file_name", "mime_type", "data", "caption", "params"}
+        self.documents: list[dict[str, Any]] = []
         #: ``time.monotonic()`` of each entry of :attr:`edits`
         self.edit_times: list[float] = []
         #: (chat id, message id) -> {"chat_id", "message_id", "text", "parse_mode", "visible", "sent_at"}
@@ -377,6 +394,33 @@ class FakeTelegramAPI(FakeService):
         return {"message_id": int(message_id) if message_id is not None else next(self._message_ids),
                 "date": int(time.time()), "chat": chat, "from": self.bot_user, "text": text}
 
+    def _m_senddocument(self, params: dict[str, Any]) -> dict[str, Any]:
+        document = params.get("document")
+        if document is None or document == "":
+            raise TelegramAPIError(400, "Bad Request: there is no document in the request")
+        if not isinstance(document, UploadedFile):  # a file_id or URL: this fake holds no earlier files
+            raise TelegramAPIError(400, "Bad Request: wrong file identifier/HTTP URL specified")
+        if len(document.data) > MAX_UPLOAD_BYTES:
+            raise TelegramAPIError(413, "Request Entity Too Large")
+        if not document.data:
+            raise TelegramAPIError(400, "Bad Request: file must be non-empty")
+        caption = params.get("caption")
+        if caption is not None and len(str(caption)) > MAX_CAPTION_LENGTH:
+            raise TelegramAPIError(400, "Bad Request: message caption is too long")
+        message = self._bot_message(params["chat_id"], text="")
+        del message["text"]
+        mime = mimetypes.guess_type(document.filename)[0] or "application/octet-stream"
+        number = len(self.documents) + 1
+        message["document"] = {"file_name": document.filename, "mime_type": mime,
+                               "file_id": f"BQACAgIAAxkDAAI{number:06d}{message['message_id']:06d}",
+                               "file_unique_id": f"AgAD{number:06d}", "file_size": len(document.data)}
+        if caption:
+            message["caption"] = str(caption)
+        self.documents.append({"chat_id": int(params["chat_id"]), "message_id": message["message_id"],
+                               "file_name": document.filename, "mime_type": mime, "data": document.data,
+                               "caption": caption, "params": params})
+        return message
+
     def _m_sendchataction(self, params: dict[str, Any]) -> bool:
         self.actions.append({"chat_id": params.get("chat_id"), "action": params.get("action")})
         return True
@@ -535,12 +579,12 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
                 msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
                     b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw)
                 pairs: list[tuple[str, str]] = []
-                files: dict[str, bytes] = {}
+                files: dict[str, UploadedFile] = {}
                 for part in msg.iter_parts():
                     name = part.get_param("name", header="content-disposition")
                     payload = part.get_payload(decode=True) or b""
                     if part.get_filename():
-                        files[name] = payload
+                        files[name] = UploadedFile(part.get_filename(), part.get_content_type(), payload)
                     else:
                         pairs.append((name, payload.decode()))
                 return {**decode_params(pairs), **files}
@@ -549,4 +593,4 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-__all__ = ["FakeTelegramAPI", "TelegramAPIError", "decode_params", "utf16_len", "MAX_MESSAGE_LENGTH"]
+__all__ = ["FakeTelegramAPI", "TelegramAPIError", "UploadedFile", "decode_params", "utf16_len", "MAX_MESSAGE_LENGTH"]

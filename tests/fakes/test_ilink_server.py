@@ -135,3 +135,40 @@ async def test_typing_needs_the_ticket_from_getconfig(api):
         assert (await post(s, api, "sendtyping", body, headers(token)))[0] == 200
         assert (await post(s, api, "sendtyping", {**body, "typing_ticket": "x"}, headers(token)))[0] == 400
         assert api.typing == [("u@im.wechat", 1)]
+
+
+async def test_a_file_goes_through_getuploadurl_the_cdn_and_a_file_item(api):
+    from channels.weixin.client import ILinkClient, cdn_upload_url, encrypt_file
+
+    # FIPS-197's AES-128 example, then one block of PKCS#7 padding
+    key = bytes(range(16))
+    encrypted = encrypt_file(bytes.fromhex("00112233445566778899aabbccddeeff"), key)
+    assert encrypted[:16].hex() == "69c4e0d86a7b0430d8cdb78070b4c55a" and len(encrypted) == 32
+    assert cdn_upload_url("a+b/c=", "00ff") == ("https://novac2c.cdn.weixin.qq.com/c2c/upload?"
+                                                "encrypted_query_param=a%2Bb%2Fc%3D&filekey=00ff")
+    async with aiohttp.ClientSession() as s:
+        client = ILinkClient(s, api.base_url, await log_in(s, api))
+        api.push_text("alice@im.wechat", "/export")
+        token = next(t for t, user in api.context_tokens.items() if user == "alice@im.wechat")
+        data = b"PK\x03\x04" + bytes(range(256)) * 40
+        await client.send_file("alice@im.wechat", "export.zip", data, token)
+    assert api.violations == []
+    [sent] = api.files
+    assert (sent["to"], sent["file_name"], sent["data"]) == ("alice@im.wechat", "export.zip", data)
+    assert ("POST", "/c2c/upload") in api.requests
+
+
+async def test_a_file_item_must_refer_to_an_upload(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        api.push_text("alice@im.wechat", "hi")
+        ctx = next(iter(api.context_tokens))
+        msg = {"from_user_id": "", "to_user_id": "alice@im.wechat", "client_id": "c1", "message_type": 2,
+               "message_state": 2, "context_token": ctx,
+               "item_list": [{"type": 4, "file_item": {"media": {"encrypt_query_param": "nope", "aes_key": "x",
+                                                                 "encrypt_type": 1}, "file_name": "a", "len": "1"}}]}
+        status, _ = await post(s, api, "sendmessage", {"msg": msg, "base_info": {}}, headers(token))
+        assert status == 400 and "no uploaded file's" in api.violations[-1]
+        status, _ = await post(s, api, "getuploadurl", {"filekey": "x", "base_info": {}}, headers(token))
+        assert status == 400 and api.violations[-1].startswith("getuploadurl: filekey and aeskey")
+    assert api.files == []

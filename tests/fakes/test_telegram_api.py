@@ -96,3 +96,17 @@ async def test_actions_commands_and_webhook_info(api, bot):
     assert (await bot.get_webhook_info()).url == "http://127.0.0.1:9/hook"
     assert await bot.delete_webhook()
     assert (await bot.get_webhook_info()).url == ""
+
+
+async def test_send_document_uploads_a_file_as_the_bot_api_does(api, bot):
+    message = await bot.send_document(42, document=b"PK\x03\x04zip", filename="export.zip", caption="Your export")
+    assert message.document.file_name == "export.zip" and message.document.mime_type == "application/zip"
+    assert message.document.file_size == 7 and message.caption == "Your export"
+    [sent] = api.documents
+    assert (sent["chat_id"], sent["file_name"], sent["data"], sent["caption"]) == (42, "export.zip", b"PK\x03\x04zip",
+                                                                                   "Your export")
+    with pytest.raises(BadRequest, match="caption is too long"):
+        await bot.send_document(42, document=b"x", filename="a.txt", caption="c" * 1025)
+    with pytest.raises(BadRequest, match="(?i)wrong file identifier"):
+        await bot.send_document(42, document="BQACAgIAAxkDAAI-unknown")
+    assert len(api.documents) == 1

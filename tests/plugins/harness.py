@@ -15,6 +15,7 @@ from dispatcher.admins import Admins
 from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
 from memory.daily import DailyMemory, MemoryWritten
+from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import PluginManager, install
 from store.conversations import ConversationStore
 from store.locks import LocalLocks
@@ -75,17 +76,19 @@ class PluginBot:
             self.summarizer.store = self.store
         self.sessions = SessionManager(self.store, self.holder, sink)
         self.tools = ToolRegistry()
-        self.agent = Agent(llm=self.llm, tools=self.tools, store=self.store, config=self.holder, sink=sink)
+        written = MemoryWritten()
+        memory = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
+        self.people = PersonNotes(memory.root / PEOPLE_DIR)
+        self.agent = Agent(llm=self.llm, tools=self.tools, store=self.store, config=self.holder, sink=sink,
+                           notes=memory.long_term_notes, person_notes=self.people.for_prompt)
         self.commands = CommandRegistry()
         locks = LocalLocks()
         admins = Admins(self.store, self.holder)
         await admins.load()
-        written = MemoryWritten()
         self.services = Services(config=self.holder, store=self.store, llm=self.llm, tools=self.tools,
                                  sessions=self.sessions, agent=self.agent, commands=self.commands, admins=admins,
                                  locks=locks, summarizer=self.summarizer,  # type: ignore[arg-type]
-                                 memory=DailyMemory(cfg.data_path() / "memory", cfg.zone(),
-                                                    on_written=written.notify))
+                                 memory=memory, people=self.people)
         self.manager: PluginManager = install(self.services, directory=self.directory, extra=self.extra)
         written.subscribe(self.manager.memory_written)
         self.dispatcher = Dispatcher(config=self.holder, store=self.store, agent=self.agent, sessions=self.sessions,

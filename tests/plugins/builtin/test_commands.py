@@ -32,6 +32,8 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "/auth — /auth <password> makes you an admin (private chat)",
             "/memory — this conversation's memory; /memory rebuild re-indexes it (admins)",
             "/forget — delete this conversation's history and memory for good (asks first)",
+            "/me — what I keep about you across your chats; /me forget <n> or /me forget all deletes (private chat)",
+            "/export — everything stored for this conversation (and your notes) as one file",
         ])
         assert bot.llm.history == []  # commands never reach the model
 

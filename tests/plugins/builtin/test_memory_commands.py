@@ -74,15 +74,19 @@ async def test_forget_asks_then_deletes_everything_of_the_session(tmp_path):
         memory = _memory(bot)
         path = await memory.append(SID, "trim", "- a fact")
         await index_written(SID, "summary", "- a fact", path, bot.services)
+        await bot.people.add("telegram:100", "I am vegetarian.")
+        await bot.people.add("telegram:200", "I play the cello.")
         assert await bot.say("/forget") == (
-            "This deletes this conversation's stored history, its memory files, its long-term notes and its "
-            "search index, for good. Send /forget confirm to go ahead.")
+            "This deletes this conversation's stored history, its memory files, its long-term notes, its search "
+            "index and what I keep about you (/me), for good. Send /forget confirm to go ahead.")
         assert await bot.say("/forget please") == "Usage: /forget, then /forget confirm."
         assert len(await bot.store.load_messages(SID)) == 2
         assert await bot.say("/forget confirm") == (
             "Deleted for good: 2 stored messages, 1 daily memory file, no long-term notes, 1 search index entry, "
-            "4 other records.")  # the inbox rows of the four messages
+            "4 other records, your 1 person note (/me).")  # the inbox rows of the four messages
         assert await bot.store.load_messages(SID) == [] and not memory.session_dir(SID).exists()
+        assert bot.people.notes("telegram:100") == [] and not bot.people.folder("telegram:100").exists()
+        assert bot.people.notes("telegram:200") == ["I play the cello."]  # another person's stay
         assert len(await bot.store.load_messages("telegram:200")) == 2
         assert await bot.say("new start") == "echo: new start"
         assert [m.message["content"] for m in await bot.store.load_messages(SID)] == ["new start", "echo: new start"]
