@@ -134,6 +134,11 @@ class BaseChannel(ABC):
         receiving starts at :meth:`start_intake`.
         """
 
+    async def download(self, msg: IncomingMessage) -> bytes | None:
+        """The bytes of the photo or voice note ``msg`` carries, fetched from the platform (DESIGN §5.1); None
+        when this channel cannot fetch media (the user gets a short note). Raises when the platform fails."""
+        return None
+
     async def start_intake(self) -> bool:
         """Start receiving after ``start(intake=False)``; True when it runs. Only single receivers need it."""
         return True
