@@ -364,8 +364,8 @@ class Dispatcher:
                                               self.services, channel)
                 elif kind != "text" and kind not in MEDIA_KINDS:
                     outcome, reply = "non-text", TEXT_ONLY_REPLY
-                elif kind in MEDIA_KINDS and (note := await self._prepare_media(item, channel)) is not None:
-                    outcome, reply = f"{kind}: a note", note
+                elif kind in MEDIA_KINDS and (media_note := await self._prepare_media(item, channel)) is not None:
+                    outcome, reply = f"{kind}: a note", media_note
                 else:
                     note = asyncio.create_task(still_working(self.send, item.message, self.still_working_after,
                                                              streamed))
