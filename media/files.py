@@ -62,8 +62,8 @@ def image_tokens(width: int, height: int) -> int:
 
     The image is scaled to fit 2048 x 2048, then its short side to 768; each 512-pixel tile costs 170 tokens,
     plus 85. A one-megapixel 4:3 photo (1155 x 866 -> 1024 x 768) is 4 tiles: 765 tokens; a square one is
-    765 too, a long panorama at most 1,105. Other providers charge less or about the same (Anthropic: about
-    w*h/750, 1,334 for one megapixel, is the one above; the budget keeps its 10 % reserve for such gaps).
+    765 too; a tall or wide one (577 x 1732) up to 8 tiles: 1,445. Other providers charge about the same
+    (Anthropic: about w*h/750, 1,334 for one megapixel; the window's 10 % reserve covers such gaps).
     """
     if width <= 0 or height <= 0:
         return 765
