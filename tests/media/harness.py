@@ -80,9 +80,9 @@ class MediaBot:
         await self.llm.close()
         await self.store.close()
 
-    async def answered(self, chat_id: int, n: int, timeout: float = 20.0) -> list[str]:
+    async def answered(self, chat_id: int, n: int, wait: float = 20.0) -> list[str]:
         """Wait until the chat shows ``n`` bot messages and the bot is idle; the chat's texts."""
-        await self.api.wait_for(lambda: len(self.api.chat_texts(chat_id)) >= n, timeout=timeout)
+        await self.api.wait_for(lambda: len(self.api.chat_texts(chat_id)) >= n, timeout=wait)
         await self.dispatcher.wait_idle()
         return self.api.chat_texts(chat_id)
 
