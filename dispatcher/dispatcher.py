@@ -355,6 +355,8 @@ class Dispatcher:
             async with self.queue.slot():
                 channel = self.channels.get(item.message.channel)
                 kind = item.message.content_type
+                if kind in MEDIA_KINDS and (channel is None or not channel.fetches_media):
+                    kind = "unfetched " + kind  # this channel cannot fetch it: the "text only" note
                 if item.command is None and (kind == "text" or kind in MEDIA_KINDS):
                     streamed = open_stream(channel, self.config(), item.message)
                 typing = asyncio.create_task(keep_typing(channel, item.message, streamed))

@@ -146,6 +146,7 @@ class TelegramChannel(BaseChannel):
         self._next_edit: dict[int, float] = {}
 
     answered_anywhere = True  # the Bot API takes a reply from any process
+    fetches_media = True  # getFile and the file URL (DESIGN §5.1)
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
