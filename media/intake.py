@@ -35,6 +35,7 @@ NO_VISION_ALONE = ("This model cannot see images, so I cannot look at your photo
                    "would like to know.")
 PHOTO_FAILED = "I could not open that photo ({why}). Please send it again, or tell me in words."
 VOICE_OFF = "Voice messages are not transcribed here (speech_to_text_model is off). Please type your message."
+VOICE_NO_ENDPOINT = "Voice messages cannot be transcribed: no model endpoint is configured. Please type your message."
 VOICE_FAILED = "I could not transcribe that voice message ({why}). Please try again, or type it."
 VOICE_EMPTY = "I could not make out any words in that voice message. Please try again, or type it."
 NOT_SUPPORTED = "This chat cannot fetch photos or voice messages yet. Please type what you would like to say."
@@ -105,8 +106,8 @@ class MediaIntake:
         model = cfg.speech_to_text_model
         if not model:
             return Prepared(reply=VOICE_OFF)
-        if not isinstance(self.llm, Transcriber):
-            return Prepared(reply=VOICE_OFF)
+        if not isinstance(self.llm, Transcriber):  # no key and no endpoint (agent/llm.py UnconfiguredLLM)
+            return Prepared(reply=VOICE_NO_ENDPOINT)
         try:
             data = await self._download(msg, channel)
             if data is None:
