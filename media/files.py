@@ -17,7 +17,9 @@ import logging
 import math
 import os
 import shutil
+import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,47 @@ JPEG_QUALITY = 85
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024
 #: Pillow refuses to decode images with more pixels than this (a decompression bomb).
 MAX_DECODE_PIXELS = 80_000_000
+
+
+#: glibc's ``M_MMAP_THRESHOLD`` (mallopt's parameter number) and the value set: see :func:`return_large_buffers`.
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 256 * 1024
+_executor: ThreadPoolExecutor | None = None
+_tuned = False
+
+
+def return_large_buffers() -> None:
+    """Make glibc give buffers of 256 KB and more back to the system when they are freed (once per process).
+
+    A photo's turn allocates a few buffers of one to four megabytes (the download, the decoded pixels, the
+    base64 request). glibc's default raises its mmap threshold to the largest buffer freed, after which such
+    buffers come from the heap and its fragments stay resident: 20 photos arriving at once left the process
+    120 MB larger (BENCHMARKS.md, "Memory at 200 chats"). A fixed threshold keeps them mmapped and returned.
+    Elsewhere than glibc this does nothing.
+    """
+    global _tuned
+    if _tuned:
+        return
+    _tuned = True
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):  # musl or another libc: nothing to tune
+        pass
+
+
+def image_executor() -> ThreadPoolExecutor:
+    """The one worker thread that decodes and encodes images: one at a time, so a burst of photos holds one
+    photo's pixels at a time, in one malloc arena."""
+    global _executor
+    if _executor is None:
+        return_large_buffers()
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="images")
+    return _executor
 
 
 class ImageError(ValueError):

@@ -24,10 +24,12 @@ from core.errors import EndpointNotFoundError, ModelNotFoundError, TransientLLME
 from core.llm import Transcriber
 from core.messages import IncomingMessage
 from dispatcher.intake import speaker_text, with_reply
-from media.files import ImageError, save_image
+from media.files import ImageError, image_executor, return_large_buffers, save_image
 
 logger = logging.getLogger(__name__)
 
+#: Photos downloaded and made small at once.
+PHOTOS_AT_ONCE = 2
 #: A transcript up to this many characters is echoed before the answer.
 HEARD_MAX_CHARS = 200
 NO_VISION_CAPTION_NOTE = "(This model cannot see images, so I answered the text of your message only.)"
@@ -66,6 +68,8 @@ class MediaIntake:
         self.config = config
         self.llm = llm
         self.vision = vision
+        #: photos fetched and decoded at once (each holds a few megabytes while it is)
+        self._photos = asyncio.Semaphore(PHOTOS_AT_ONCE)
 
     async def prepare(self, msg: IncomingMessage, text: str, session_id: str, channel: Any) -> Prepared:
         """The photo or voice note ``msg`` (whose trigger text is ``text``) made ready for its turn."""
@@ -83,11 +87,15 @@ class MediaIntake:
             if not caption:
                 return Prepared(reply=NO_VISION_ALONE)
             return Prepared(text=text, before=NO_VISION_CAPTION_NOTE)
+        return_large_buffers()
         try:
-            data = await self._download(msg, channel)
-            if data is None:
-                return Prepared(reply=NOT_SUPPORTED)
-            saved = await asyncio.to_thread(save_image, cfg.data_path(), session_id, data, "photo")
+            async with self._photos:  # a burst of photos is fetched a few at a time: bounded memory
+                data = await self._download(msg, channel)
+                if data is None:
+                    return Prepared(reply=NOT_SUPPORTED)
+                saved = await asyncio.get_running_loop().run_in_executor(
+                    image_executor(), save_image, cfg.data_path(), session_id, data, "photo")
+                del data
         except ImageError as exc:
             logger.warning("session %s: photo %s could not be read: %s", session_id, msg.message_id, exc)
             return Prepared(reply=PHOTO_FAILED.format(why="it is not an image I can read"))
