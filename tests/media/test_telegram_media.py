@@ -12,7 +12,7 @@ import pytest
 
 from agent.images import NOT_SEEN, REFUSED_NOTE
 from media.files import MAX_PIXELS, session_media_files
-from media.intake import NO_VISION_ALONE, NO_VISION_CAPTION_NOTE, VOICE_FAILED, VOICE_OFF
+from media.intake import NO_VISION_ALONE, NO_VISION_CAPTION_NOTE, PHOTO_FAILED, VOICE_FAILED, VOICE_OFF
 from memory.daily import DailyMemory
 from memory.forget import forget_session
 from tests.fakes.openai_server import FakeOpenAIServer, message_text
@@ -178,3 +178,32 @@ async def test_a_group_photo_triggers_by_its_caption_only(api, srv, db_url, tmp_
         user = srv.requests[0]["messages"][-1]
         assert user["content"][0]["text"].endswith("[Alice] what is it?")
         assert len(api.downloads) == 1  # the untriggered photo was never fetched
+
+
+async def test_the_described_photo_is_found_by_history_search(api, srv, db_url, tmp_path):
+    srv.enqueue_text("Lovely.")
+    srv.enqueue_text("a lighthouse on a rocky coast at dusk")
+    async with MediaBot(api, srv, db_url, tmp_path) as bot:
+        api.push_photo(51, jpeg(), user_id=51, caption="from my trip")
+        await bot.answered(51, 1)
+        hits = await bot.store.search_history("telegram:51", "lighthouse", 10)
+        assert [h.seq for h in hits] == [1]
+
+
+async def test_a_photo_that_cannot_be_fetched_gets_a_note_and_nothing_is_stored(api, srv, db_url, tmp_path):
+    async with MediaBot(api, srv, db_url, tmp_path) as bot:
+        api.fail_next("getFile", 400, "Bad Request: file is too big")
+        api.push_photo(52, jpeg(), user_id=52, caption="look")
+        assert await bot.answered(52, 1) == [PHOTO_FAILED.format(why="the download failed")]
+        api.push_photo(52, b"<html>not a photo</html>", user_id=52)
+        texts = await bot.answered(52, 2)
+        assert texts[1] == PHOTO_FAILED.format(why="it is not an image I can read")
+        assert srv.requests == [] and await bot.stored("telegram:52") == []
+
+
+async def test_a_model_the_table_says_cannot_see_gets_no_image(api, srv, db_url, tmp_path):
+    async with MediaBot(api, srv, db_url, tmp_path, model="deepseek-chat") as bot:
+        api.push_photo(53, jpeg(), user_id=53, caption="what is it?")
+        texts = await bot.answered(53, 1)
+        assert texts == [f"{NO_VISION_CAPTION_NOTE}\n\necho: what is it?"]
+        assert api.downloads == [] and image_parts(srv.requests[0]) == []
