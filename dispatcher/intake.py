@@ -83,7 +83,8 @@ def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: boo
     """The one evaluation of a message's triggers, for intake, the group background and crash resume.
 
     Commands addressed to another bot, untriggered group messages and non-text group messages are not acted
-    on; a non-text private message is acted on with an empty text (it gets the "text only" note). With
+    on; a non-text private message is acted on with an empty text (it gets the "text only" note). A photo or
+    voice note is acted on like a text whose text is its caption (DESIGN §5.1; :func:`_media_trigger`). With
     ``accepted`` (a journalled message being resumed), the message was taken when it arrived: it is acted on
     even if the trigger settings changed since, and only its text is worked out again.
     """
