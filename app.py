@@ -293,7 +293,11 @@ class App:
         assert self.leadership is not None and self.config_watcher is not None
         watcher, leadership = self.config_watcher, self.leadership
         await self.background.start("config watcher", watcher.start, watcher.stop)
-        cleanup = self.cleanup = CleanupJob(services.store, services.config)
+        from media.files import sweep_media
+
+        data_dir = services.config().data_path()
+        cleanup = self.cleanup = CleanupJob(services.store, services.config,
+                                            sweep_media=lambda: sweep_media(services.store, data_dir))
         # The cleanup runs once across processes: on the leader (on SQLite, this process from the start).
         leadership.on_elected.append(_as_async(cleanup.start))
         leadership.on_deposed.append(_as_async(cleanup.stop))

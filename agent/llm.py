@@ -271,6 +271,23 @@ class OpenAILLM:
             await on_text(tail)
         return assembler.result()
 
+    async def transcribe(self, audio: bytes, *, filename: str, model: str) -> str:
+        """The text of a voice message: ``POST /audio/transcriptions`` (multipart, as OpenAI's) with ``model``.
+
+        The one call site of transcription (usage recording, purpose ``transcribe``, hooks in here). Transient
+        failures are retried like a chat request; anything else is raised as an :class:`LLMError`.
+        """
+        client = self._open()
+        headers = self._options.get("headers")
+
+        async def once() -> str:
+            async with self._slot(), _sdk_errors(model):
+                result = await client.audio.transcriptions.create(
+                    file=(filename, audio, "audio/ogg"), model=model, extra_headers=headers)
+            return (result.text or "").strip()
+
+        return await self.retry.call(once, retry_on=_transient, before_sleep=_log_retry)
+
     async def server_json(self, method: str, path: str, body: Any = None) -> Any:
         """The JSON answer of the model server for ``path`` at its root (``/props``, ``/api/show``): for window
         discovery (agent/window.py). Errors are raised as :class:`LLMError`."""

@@ -35,12 +35,13 @@ from agent.context import (
     render_messages,
 )
 from agent.flush import flush_before_trim
+from agent.images import REFUSED_NOTE, ImageTurn, Vision, has_image, request_messages, settle_images, without_images
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
 from agent.slots import urgent
 from agent.tokens import TokenCounter, TokenCounters, output_cap
 from agent.tools.base import ToolContext, ToolRegistry, cap_result
 from agent.window import ModelWindows
-from core.errors import ContextOverflowError, TransientLLMError
+from core.errors import ContextOverflowError, ImagesUnsupportedError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse, StreamingLLM
 from core.turns import Turn
 from memory.person import prompt_person
@@ -128,6 +129,8 @@ class AnswerSink(Protocol):
 _ANSWER_SINK: ContextVar[AnswerSink | None] = ContextVar("answer_sink", default=None)
 #: The running model call's deadline (and its turn), moved on while text streams (:meth:`Agent._not_silent`).
 _DEADLINE: ContextVar[tuple[asyncio.Timeout, TurnResult] | None] = ContextVar("model_call_deadline", default=None)
+#: The running turn's images (agent/images.py): whether its photo is sent, and whether the server refused it.
+_IMAGES: ContextVar[ImageTurn | None] = ContextVar("turn_images", default=None)
 
 
 #: ``final(message, text) -> seq``: stores a turn's final answer ``message``, whose reply to the user is
@@ -165,6 +168,7 @@ class Agent:
         person_notes: Callable[[str], str | None] | None = None,
         counter: Callable[[str], TokenCounter] | None = None,
         windows: ModelWindows | None = None,
+        vision: Vision | None = None,
     ) -> None:
         self.llm = llm
         self.tools = tools
@@ -176,6 +180,8 @@ class Agent:
         self.person_notes = person_notes
         #: the models' context windows and where they came from (configured, the server, the table)
         self.windows = windows or ModelWindows(config)
+        #: which models are sent images (``vision``, the table, the servers' refusals)
+        self.vision = vision or Vision(config)
         #: seconds a turn's model calls may take in all (tests shorten it)
         self.turn_deadline = TURN_DEADLINE
         #: ``counter(model)``: the token counter for a model (shared with the summariser in the app)
@@ -283,10 +289,19 @@ class Agent:
         in the same transaction); without, the agent stores it like any other message.
         """
         token = _ANSWER_SINK.set(sink)
+        model = self.config().model
+        images = ImageTurn(send=self.vision.allows(model))
+        image_token = _IMAGES.set(images)
         try:
-            return await self._run_turn(state, final)
+            result = await self._run_turn(state, final)
         finally:
             _ANSWER_SINK.reset(token)
+            _IMAGES.reset(image_token)
+        # DESIGN §5.1: the turn's photo becomes words before any later request, summary or restart sees it.
+        await settle_images(state, images, result.text if result.outcome == "ok" else None, llm=self.llm,
+                            model=model, store=self.store, data_dir=self.config().data_path(),
+                            vision=self.vision.allows(model))
+        return result
 
     async def _run_turn(self, state: SessionState, final_answer: FinalAnswer | None = None) -> TurnResult:
         await state.wait_ready(self.first_reply_wait)
@@ -306,6 +321,9 @@ class Agent:
                 message.pop("reasoning_content", None)
             if final or not response.tool_calls:
                 result.text, result.outcome = reply_text(response), reply_outcome(response)
+                images = _IMAGES.get()
+                if images is not None and images.refused:
+                    result.text = f"{REFUSED_NOTE}\n\n{result.text}"
                 if final_answer is None:
                     await self._persist(state, message)
                 else:
@@ -339,6 +357,11 @@ class Agent:
 
     def _render(self, state: SessionState, system: str, final: bool, background: str = "") -> list[dict[str, Any]]:
         messages = render_messages(system, state.messages, state.summary, state.summary_turns, background)
+        images = _IMAGES.get()
+        send = images is not None and images.send and not images.refused
+        messages, sent = request_messages(messages, self.config().data_path(), send)
+        if sent and images is not None:
+            images.sent = True
         if final:
             messages.append({"role": "system", "content": FINAL_ANSWER_PROMPT})
         return messages
@@ -464,7 +487,17 @@ class Agent:
     async def _complete(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call, a reply's: it takes a free slot before summaries (agent/slots.py)."""
         with urgent():
-            return await self._model_call(messages, tools=tools, model=model, max_tokens=max_tokens)
+            try:
+                return await self._model_call(messages, tools=tools, model=model, max_tokens=max_tokens)
+            except ImagesUnsupportedError:
+                if not has_image(messages):
+                    raise
+            # DESIGN §5.1: the server cannot take images for this model: answer without, and remember it.
+            self.vision.refuse(model)
+            images = _IMAGES.get()
+            if images is not None:
+                images.refused = True
+            return await self._model_call(without_images(messages), tools=tools, model=model, max_tokens=max_tokens)
 
     async def _model_call(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call: streamed into the turn's sink when there is one and the client can stream."""

@@ -27,6 +27,7 @@ from core.errors import (
     AuthLLMError,
     ContextOverflowError,
     EndpointNotFoundError,
+    ImagesUnsupportedError,
     LLMError,
     ModelNotFoundError,
     OtherLLMError,
@@ -119,6 +120,16 @@ TOOLS_PHRASES: tuple[str, ...] = (
     "does not support tools",  # Ollama
     "tool use is not supported", "tools are not supported", "does not support function calling",
     "tool calling is not supported",
+)
+
+#: The server cannot take image parts for this model (DESIGN §5.1), in each server's own words.
+IMAGE_PHRASES: tuple[str, ...] = (
+    "image_url is only supported by certain models",  # OpenAI and Azure: 400 "Invalid content type. ..."
+    "image input is not supported",  # llama.cpp's server (500; "... - hint: ... provide the mmproj")
+    "is not a multimodal model",  # vLLM: 400 "<model> is not a multimodal model"
+    "does not support image input", "does not support images", "model does not support image",
+    "images are not supported", "vision is not supported", "multimodal is not supported",
+    "the server was not compiled for multimodal",  # llamafile / old llama.cpp server
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
@@ -237,6 +248,8 @@ def classify(status: int | None, body: Any, headers: Any = None, *, model: str |
     kw: dict[str, Any] = {"status": status, "code": facts.code}
     if _has(text, TOOLS_PHRASES):
         return ToolsUnsupportedError(message, **kw)
+    if _has(text, IMAGE_PHRASES):
+        return ImagesUnsupportedError(message, **kw)
     wait = retry_after(headers)
     if wait is None:
         wait = facts.retry_delay

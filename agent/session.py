@@ -168,6 +168,15 @@ class SessionState:
         """Make ``messages`` (a prepared or kept context) the session's context."""
         self.messages = messages
 
+    def swap(self, seq: int, message: dict[str, Any]) -> bool:
+        """Put ``message`` in place of the context's stored message ``seq`` (a photo now words; stored first by
+        the caller); False when that message is no longer in the context."""
+        for i, m in enumerate(self.messages):
+            if m.seq == seq:
+                self.messages[i] = CtxMessage(seq=seq, message=message)
+                return True
+        return False
+
     def move_boundary(self, seq: int) -> None:
         """The context now starts at ``seq`` (persisted by :func:`move_boundary`)."""
         self.context_start_seq = seq

@@ -27,6 +27,10 @@ MESSAGE_OVERHEAD = 4
 #: Tokens charged for a content part that is not text (an image): the "low detail" price of an image.
 NON_TEXT_PART_TOKENS = 85
 
+#: Tokens of a photo in the context while it is an image (a one-megapixel photo at OpenAI's high-detail tile
+#: rate, media/files.py ``image_tokens``), when its stored reference does not say.
+PENDING_IMAGE_TOKENS = 765
+
 #: Model name prefixes that use o200k_base; everything else uses cl100k_base.
 _O200K_PREFIXES: tuple[str, ...] = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
 
@@ -149,6 +153,11 @@ class TokenCounter:
             value = message.get(key)
             if isinstance(value, str):
                 total += self.count_text(value)
+        image = message.get("image")
+        if isinstance(image, dict) and not isinstance(image.get("description"), str):
+            # A photo not yet replaced by words (agent/images.py): the provider's rate for it, sent or not.
+            tokens = image.get("tokens")
+            total += tokens if isinstance(tokens, int) and tokens > 0 else PENDING_IMAGE_TOKENS
         return total
 
 

@@ -9,7 +9,11 @@ answers with a ``memory_search`` call. The process's ``VmRSS`` (and peak ``VmHWM
 after the first long chat's summaries were indexed (the embedding model is loaded by then), and once every
 chat has its replies and the background summaries and indexing have settled.
 
-    python bench/memory_rss.py [--chats 200] [--runs 3]
+    python bench/memory_rss.py [--chats 200] [--runs 3] [--photos 20]
+
+With ``--photos N``, N of the chats (spread over them) open with a photo (1280 x 960, as Telegram sends a
+phone's photo; noise, so it does not compress away) and a caption instead of their first line: the bot
+fetches it, keeps it as a file, sends it in that turn and describes it (DESIGN §5.1).
 
 Goal: <= 200 MB at 200 active chats with the local model (architecture issue 26, step 8).
 """
@@ -31,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from agent.images import DESCRIBE_PROMPT  # noqa: E402
 from summaries.text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
 from tests.fakes.bot_process import BotProcess  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer, message_text  # noqa: E402
@@ -62,6 +67,8 @@ def proc_status(pid: int) -> dict[str, float]:
 def responder(body: dict) -> dict | str:
     """The fake model: summaries list the user's lines; the question gets a memory_search call, then an answer."""
     messages = body["messages"]
+    if DESCRIBE_PROMPT in message_text(messages[0]):
+        return "a photo of grey noise, like an old television"
     if message_text(messages[0]) == SUMMARY_SYSTEM_PROMPT:
         text = message_text(messages[1])
         if text.startswith(MERGE_REQUEST):
@@ -116,8 +123,20 @@ def settle(folder: Path, quiet: float = 3.0, timeout: float = 180.0) -> tuple[in
     return last[0], last[1]
 
 
+def photo_bytes() -> bytes:
+    """A 1280 x 960 JPEG of noise (Telegram's size for a phone's photo; noise keeps it about 1 MB)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.effect_noise((1280, 960), 64).convert("RGB").save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
 def converse(api: FakeTelegramAPI, chats: list[int], turns: dict[int, int], done: dict[int, int],
-             rng: random.Random, timeout: float, ask: tuple[int, ...] = ()) -> None:
+             rng: random.Random, timeout: float, ask: tuple[int, ...] = (), photos: set[int] = frozenset(),
+             photo: bytes = b"") -> None:
     """Round by round, the next turn of every chat in ``chats`` that has one left (``done``: turns sent so
     far, updated), until each has sent ``turns[chat]``; then the question of the chats in ``ask``."""
     while True:
@@ -126,7 +145,11 @@ def converse(api: FakeTelegramAPI, chats: list[int], turns: dict[int, int], done
             break
         before = len(api.sent)
         for c in active:
-            api.push_text(c, line_for(rng, c, done[c]), user_id=c, first_name=f"U{c}")
+            if c in photos and done[c] == 0:
+                api.push_photo(c, photo, user_id=c, first_name=f"U{c}", caption=line_for(rng, c, 0),
+                               width=1280, height=960)
+            else:
+                api.push_text(c, line_for(rng, c, done[c]), user_id=c, first_name=f"U{c}")
             done[c] += 1
         api.wait_for_sent_sync(before + len(active), timeout=timeout)
     if ask:
@@ -136,13 +159,16 @@ def converse(api: FakeTelegramAPI, chats: list[int], turns: dict[int, int], done
         api.wait_for_sent_sync(before + len(ask), timeout=timeout)
 
 
-def run(model: str, chats: int, seed: int, timeout: float, keep: str = "") -> dict[str, dict[str, float] | float]:
+def run(model: str, chats: int, seed: int, timeout: float, keep: str = "",
+        photos: int = 0) -> dict[str, dict[str, float] | float]:
     """One bot process; the memory figures at each phase. ``keep``: a folder for the bot's files, kept."""
     rng = random.Random(seed)
     first = 10_000
     ids = list(range(first, first + chats))
     turns = {c: LONG_TURNS if i % 2 == 0 else SHORT_TURNS for i, c in enumerate(ids)}
     long_chats = [c for c in ids if turns[c] == LONG_TURNS]
+    with_photo = set(ids[:: max(1, chats // photos)][:photos]) if photos else set()
+    photo = photo_bytes() if photos else b""
     out: dict[str, dict[str, float] | float] = {}
     with FakeTelegramAPI(username="rss_bot") as api, FakeOpenAIServer() as llm, \
             tempfile.TemporaryDirectory() as tmp:
@@ -156,20 +182,21 @@ def run(model: str, chats: int, seed: int, timeout: float, keep: str = "") -> di
         out["ready"] = proc_status(pid)
         done = dict.fromkeys(ids, 0)
         # a first turn waits for the token counter, which loads in the background after "ready"
-        converse(api, ids[:1], {ids[0]: 1}, done, rng, timeout)
+        converse(api, ids[:1], {ids[0]: 1}, done, rng, timeout, photos=with_photo, photo=photo)
         out["first reply"] = proc_status(pid)
         # the rest of one long chat: its trims are summarised and indexed, which loads the embedding model
-        converse(api, ids[:1], turns, done, rng, timeout)
+        converse(api, ids[:1], turns, done, rng, timeout, photos=with_photo, photo=photo)
         settle(folder)
         if model:
             bot.wait_for_log("local embedding model loaded", timeout=60)
         out["first summary indexed"] = proc_status(pid)
         started = time.perf_counter()
-        converse(api, ids, turns, done, rng, timeout, ask=tuple(long_chats))
+        converse(api, ids, turns, done, rng, timeout, ask=tuple(long_chats), photos=with_photo, photo=photo)
         out["seconds"] = time.perf_counter() - started
         chunks, vectors = settle(folder)
         out[f"{chats} chats"] = proc_status(pid)
         out["passages"], out["vectors"] = float(chunks), float(vectors)
+        out["photos kept"] = float(len(list((folder / "data" / "media").glob("*/*.jpg"))))
         assert bot.stop() == 0
         errors = [line for line in bot.log().splitlines() if " ERROR " in line or "Traceback" in line]
         if errors:
@@ -183,6 +210,7 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one round's replies")
+    parser.add_argument("--photos", type=int, default=0, help="chats that open with a photo")
     parser.add_argument("--keep", default="", help="keep the bot's folders (data, logs) under this folder")
     args = parser.parse_args()
     http.server.ThreadingHTTPServer.request_queue_size = WIDE_BACKLOG
@@ -190,7 +218,7 @@ def main() -> None:
     for r in range(args.runs):
         for model in ("local", ""):
             keep = str(Path(args.keep) / f"{model or 'off'}-{r + 1}") if args.keep else ""
-            got = run(model, args.chats, seed=r, timeout=args.timeout, keep=keep)
+            got = run(model, args.chats, seed=r, timeout=args.timeout, keep=keep, photos=args.photos)
             results[model].append(got)
             print(f"run {r + 1}, model {model or 'off'}: " + "; ".join(
                 f"{phase} {v['VmRSS']:.0f} MB (peak {v['VmHWM']:.0f})" if isinstance(v, dict) else f"{phase} {v:.0f}"

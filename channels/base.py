@@ -135,6 +135,15 @@ class BaseChannel(ABC):
         receiving starts at :meth:`start_intake`.
         """
 
+    #: photos and voice notes of this channel are fetched with :meth:`download` and given to the model (DESIGN
+    #: §5.1); False: they get the short "text only" note, as stickers and other files do
+    fetches_media: bool = False
+
+    async def download(self, msg: IncomingMessage) -> bytes | None:
+        """The bytes of the photo or voice note ``msg`` carries, fetched from the platform (DESIGN §5.1); None
+        when this channel cannot fetch media (the user gets a short note). Raises when the platform fails."""
+        return None
+
     async def start_intake(self) -> bool:
         """Start receiving after ``start(intake=False)``; True when it runs. Only single receivers need it."""
         return True

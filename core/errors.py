@@ -15,6 +15,7 @@
           ├── ModelNotFoundError     the provider does not know the model (names it)
           ├── EndpointNotFoundError  open_ai_api_base answers 404 for /chat/completions (no /v1?)
           ├── ToolsUnsupportedError  the server cannot take tools for this model
+          ├── ImagesUnsupportedError the server cannot take image parts for this model
           ├── NotConfiguredError     no key and no custom endpoint
           └── OtherLLMError          anything else (e.g. a generic 400)
 
@@ -86,6 +87,10 @@ class ModelNotFoundError(LLMError):
 
 class ToolsUnsupportedError(LLMError):
     """The server cannot take tools for this model; the client retries without them."""
+
+
+class ImagesUnsupportedError(LLMError):
+    """The server cannot take image parts for this model; the turn is asked again without the image."""
 
 
 class AuthLLMError(LLMError):

@@ -107,3 +107,12 @@ class StreamingLLM(BaseLLM, Protocol):
     ) -> LLMResponse:
         """Like :meth:`complete`, calling ``on_text`` with each visible text piece as it arrives."""
         ...
+
+
+@runtime_checkable
+class Transcriber(Protocol):
+    """A model client that can also turn speech into text (``/audio/transcriptions``)."""
+
+    async def transcribe(self, audio: bytes, *, filename: str, model: str) -> str:
+        """The transcript of ``audio`` (an OGG/Opus voice note, or any format the endpoint takes)."""
+        ...

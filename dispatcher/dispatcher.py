@@ -37,7 +37,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, evaluate, report_ignored
+from dispatcher.intake import MEDIA_KINDS, RecentIds, WorkItem, evaluate, report_ignored
 from dispatcher.journal import JournalWriter
 from dispatcher.outbox import Outbox
 from dispatcher.queue import Poke, SessionQueue
@@ -52,6 +52,7 @@ from dispatcher.replies import (
     with_prefix,
 )
 from dispatcher.resume import pending_items
+from media.intake import MediaIntake
 from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
 
@@ -72,6 +73,7 @@ class Dispatcher:
         locks: Locks | None = None,
         admins: Admins | None = None,
         hooks: MessageHooks | None = None,
+        media: MediaIntake | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -83,6 +85,8 @@ class Dispatcher:
         self.locks: Locks = locks or LocalLocks()
         self.claims = SessionClaims(self)
         self.hooks = hooks or MessageHooks()
+        #: photos and voice notes made ready for their turn (DESIGN §5.1)
+        self.media = media or MediaIntake(config, agent.llm, agent.vision)
         self.channels: dict[str, BaseChannel] = {}
         self.admins = admins or Admins(store, config, shared=self.locks.shared)
         self.queue = SessionQueue(self._process_queued, config().max_concurrent_turns)
@@ -350,21 +354,28 @@ class Dispatcher:
         try:
             async with self.queue.slot():
                 channel = self.channels.get(item.message.channel)
-                if item.command is None and item.message.content_type == "text":
+                kind = item.message.content_type
+                if kind in MEDIA_KINDS and (channel is None or not channel.fetches_media):
+                    kind = "unfetched " + kind  # this channel cannot fetch it: the "text only" note
+                if item.command is None and (kind == "text" or kind in MEDIA_KINDS):
                     streamed = open_stream(channel, self.config(), item.message)
                 typing = asyncio.create_task(keep_typing(channel, item.message, streamed))
                 if item.command is not None:
                     outcome = f"command /{item.command.command}"
                     reply = await run_command(self.commands, item, await self.admins.is_admin_now(item.message),
                                               self.services, channel)
-                elif item.message.content_type != "text":
+                elif kind != "text" and kind not in MEDIA_KINDS:
                     outcome, reply = "non-text", TEXT_ONLY_REPLY
+                elif kind in MEDIA_KINDS and (media_note := await self._prepare_media(item, channel)) is not None:
+                    outcome, reply = f"{kind}: a note", media_note
                 else:
                     note = asyncio.create_task(still_working(self.send, item.message, self.still_working_after,
                                                              streamed))
                     reply, tool_calls, outcome = await run_agent(
                         item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
                         sink=streamed)
+                    if item.media_before and reply:
+                        reply = f"{item.media_before}\n\n{reply}"
             self.queue.turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
@@ -377,6 +388,17 @@ class Dispatcher:
                 if task is not None:
                     task.cancel()
         return outcome, reply, tool_calls, streamed
+
+    async def _prepare_media(self, item: WorkItem, channel: BaseChannel | None) -> str | None:
+        """A photo or voice note made ready for its turn, once (a turn run again after a database outage keeps
+        what was made); a note to send instead of a turn, or None."""
+        if item.media is not None or item.user_seq is not None or item.user_message is not None:
+            return None  # prepared already, or its user message is stored: the turn reads that
+        prepared = await self.media.prepare(item.message, item.text, item.info.session_id, channel)
+        if prepared.reply is not None:
+            return prepared.reply
+        item.text, item.media, item.media_before = prepared.text, prepared.keys, prepared.before
+        return None
 
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
         """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""

@@ -31,5 +31,5 @@ async def user_message(hooks: MessageHooks, item: WorkItem) -> dict[str, Any] | 
         if text is None:
             item.skipped = True
         else:
-            item.user_message = {"role": "user", "content": text}
+            item.user_message = {"role": "user", "content": text, **(item.media or {})}
     return item.user_message

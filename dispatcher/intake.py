@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 #: How many channel message ids the in-memory dedup remembers (the journal catches older ones).
 RECENT_IDS = 10_000
+#: What a message may carry besides text that the bot acts on (DESIGN §5.1): the rest gets a short note.
+MEDIA_KINDS: frozenset[str] = frozenset({"photo", "voice"})
 #: A replied-to message is shown to the model up to this many characters.
 REPLY_QUOTE_CHARS = 1000
 
@@ -45,6 +47,10 @@ class WorkItem:
     user_message: dict[str, Any] | None = None
     #: a before_agent hook asked to skip the agent
     skipped: bool = False
+    #: a photo's or voice note's keys of the stored user message (``image``, ``voice``; media/intake.py)
+    media: dict[str, Any] | None = None
+    #: what goes before the answer to a photo or voice note (``heard: "…"``, a note), once it is prepared
+    media_before: str = ""
     #: a resumed item whose reply was kept in the outbox before the crash: it is sent, not made again
     reply: str | None = None
     #: the reply the agent kept in the outbox with its answer (the outbox need not keep it again)
@@ -77,7 +83,8 @@ def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: boo
     """The one evaluation of a message's triggers, for intake, the group background and crash resume.
 
     Commands addressed to another bot, untriggered group messages and non-text group messages are not acted
-    on; a non-text private message is acted on with an empty text (it gets the "text only" note). With
+    on; a non-text private message is acted on with an empty text (it gets the "text only" note). A photo or
+    voice note is acted on like a text whose text is its caption (DESIGN §5.1; :func:`_media_trigger`). With
     ``accepted`` (a journalled message being resumed), the message was taken when it arrived: it is acted on
     even if the trigger settings changed since, and only its text is worked out again.
     """
@@ -91,6 +98,8 @@ def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: boo
         if not accepted and command.mention and bot_username and command.mention.lower() != bot_username.lower():
             return _ignored(f"the command is addressed to @{command.mention}, not to this bot")
         return Trigger(act=True, text=msg.text.strip(), command=command)
+    if msg.content_type in MEDIA_KINDS and not accepted:
+        return _media_trigger(msg, cfg, bot_username)
     if msg.content_type != "text" and not accepted:
         return _ignored("a group message that is not text") if msg.is_group else Trigger(act=True)
     triggered = triggered_text(msg, cfg, bot_username)
@@ -105,6 +114,17 @@ def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: boo
         return _ignored("nothing follows the trigger")
     text = with_reply(msg, triggered)
     return Trigger(act=True, text=speaker_text(msg, text) if msg.is_group else text)
+
+
+def _media_trigger(msg: IncomingMessage, cfg: Any, bot_username: str) -> Trigger:
+    """A photo or voice note (DESIGN §5.1): acted on in a private chat; in a group when its caption triggers
+    the bot or it replies to the bot. The text is its caption, as a text message's would be."""
+    if not msg.is_group:
+        return Trigger(act=True, text=with_reply(msg, msg.text.strip()))
+    triggered = triggered_text(msg, cfg, bot_username)
+    if triggered is None:
+        return _ignored(f"a group {msg.content_type} that does not trigger the bot (by its caption, or a reply)")
+    return Trigger(act=True, text=speaker_text(msg, with_reply(msg, triggered)))
 
 
 def _untriggered(msg: IncomingMessage, cfg: Any) -> str:

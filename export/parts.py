@@ -10,8 +10,8 @@ go in.
 
 The built-in parts: ``history`` (every stored message, trimmed and cleared ones included, with date and
 role), ``summary`` (the summary injected into the context), ``memory_files`` (the daily files), ``notes``
-(MEMORY.md) and ``person_notes`` (the speaker's PERSON.md, in their private chat only). Reminders and images
-add theirs with :meth:`ExportParts.register`.
+(MEMORY.md), ``images`` (the photos' files) and ``person_notes`` (the speaker's PERSON.md, in their private
+chat only). Other features add theirs with :meth:`ExportParts.register`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.records import SessionInfo
+from media.files import session_media_files
 from memory.daily import LONG_TERM_FILE, session_dir_name, valid_date
 from memory.person import PERSON_FILE, note_lines
 from store.exports import PAGE, message_page, session_row
@@ -218,6 +219,17 @@ def _text_or_none(path: Path) -> str | None:
     return _read(path)
 
 
+async def images(request: ExportRequest) -> Section:
+    """The session's photos: the ~1 MP JPEG files kept with it (media/files.py), copied into the zip."""
+    data_dir = request.services.config.current.data_path()
+    paths = await asyncio.to_thread(session_media_files, data_dir, request.session.session_id)
+    if not paths:
+        return Section(data=[], markdown="No images.")
+    listed = [{"file": f"images/{p.name}", "bytes": p.stat().st_size} for p in paths]
+    return Section(data=listed, markdown="\n".join(f"- {item['file']}" for item in listed),
+                   files=[(f"images/{p.name}", p) for p in paths], summary=plural(len(paths), "image"))
+
+
 async def person_notes(request: ExportRequest) -> Section:
     """The speaker's person notes, in their private chat only (a group's export is read by the group)."""
     if request.person is None:
@@ -241,6 +253,7 @@ def default_parts() -> ExportParts:
         ExportPart("history", "History", history),
         ExportPart("memory_files", "Daily memory files", memory_files),
         ExportPart("notes", "Long-term notes (MEMORY.md)", notes),
+        ExportPart("images", "Images", images),
         ExportPart("person_notes", "Your person notes (PERSON.md)", person_notes),
     ])
 

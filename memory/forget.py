@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
+from media.files import delete_session_media
 from memory.daily import LONG_TERM_FILE, DailyMemory
 from store.group_messages import delete_group_messages
 from store.models import Base, GroupMessageRow, SessionRow
@@ -30,6 +31,8 @@ class ForgetReport:
     files: list[str] = field(default_factory=list)
     #: the person notes deleted with a private chat (None: not asked, a group)
     person_notes: int | None = None
+    #: image files of the session's photos (``<data_dir>/media/<session dir>/``)
+    images: int = 0
 
     def describe(self) -> str:
         """A sentence or two for the user."""
@@ -43,6 +46,8 @@ class ForgetReport:
         group = self.rows.get("group_messages", 0)
         if group:
             parts.append(f"{group} message{'s' if group != 1 else ''} of this group's background")
+        if self.images:
+            parts.append(f"{self.images} image file{'s' if self.images != 1 else ''}")
         other = sum(n for t, n in self.rows.items()
                     if t not in ("messages", "memory_chunks", "sessions", "group_messages"))
         if other:
@@ -106,9 +111,11 @@ def delete_memory_files(memory: DailyMemory, session_id: str) -> list[str]:
 
 
 async def forget_session(store: Any, memory: DailyMemory, session_id: str) -> ForgetReport:
-    """Delete everything the bot keeps about a session: database rows first, then the memory files."""
+    """Delete everything the bot keeps about a session: database rows first, then the memory files and the
+    image files of its photos (``<data_dir>/media/<session dir>/``, beside ``<data_dir>/memory``)."""
     rows = await store.run(delete_session_history, session_id)
     files = await asyncio.to_thread(delete_memory_files, memory, session_id)
-    report = ForgetReport(rows=rows, files=files)
+    images = await asyncio.to_thread(delete_session_media, memory.root.parent, session_id)
+    report = ForgetReport(rows=rows, files=files, images=images)
     logger.info("session %s: forgotten (%s rows, %d files)", session_id, sum(rows.values()), len(files))
     return report

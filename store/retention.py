@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -50,6 +50,8 @@ class CleanupStats:
     messages: int = 0
     inbox: int = 0
     group_messages: int = 0
+    #: image files of deleted sessions (media/files.py)
+    images: int = 0
     batches: int = 0
     duration_ms: float = 0.0
 
@@ -59,7 +61,7 @@ class CleanupJob:
 
     def __init__(self, store: RetentionStore, config_provider: Callable[[], Config], *,
                  startup_delay: float = 5.0, batch_size: int = 20, max_messages: int = 1000,
-                 inbox_batch_size: int = 1000) -> None:
+                 inbox_batch_size: int = 1000, sweep_media: Callable[[], Awaitable[int]] | None = None) -> None:
         self.store = store
         self.config_provider = config_provider
         self.startup_delay = startup_delay
@@ -67,6 +69,8 @@ class CleanupJob:
         #: messages deleted per transaction at most: on SQLite a batch holds the one write lock every chat needs
         self.max_messages = max_messages
         self.inbox_batch_size = inbox_batch_size
+        #: deletes the image folders of sessions that are gone; returns the files deleted (media/sweep.py)
+        self.sweep_media = sweep_media
         self.scheduler: AsyncIOScheduler | None = None
         #: the stats of the last finished run, if any
         self.last_stats: CleanupStats | None = None
@@ -205,10 +209,16 @@ class CleanupJob:
             await asyncio.sleep(0)
             if n_group < self.inbox_batch_size:
                 break
+        images = 0
+        if self.sweep_media is not None and not self._stopping:
+            try:
+                images = await self.sweep_media()
+            except Exception:  # noqa: BLE001 - the rows are gone; the folders are swept at the next run
+                logger.exception("Cleanup could not delete the image files of deleted sessions")
         stats = CleanupStats(cutoff=cutoff, sessions=sessions, messages=messages, inbox=inbox, group_messages=group,
-                             batches=batches, duration_ms=(time.perf_counter() - started) * 1000)
+                             images=images, batches=batches, duration_ms=(time.perf_counter() - started) * 1000)
         self.last_stats = stats
-        logger.info("Cleanup removed %d sessions, %d messages, %d inbox rows and %d group background rows older "
-                    "than %s in %.0f ms", sessions, messages, inbox, group, cutoff.isoformat(timespec="seconds"),
-                    stats.duration_ms)
+        logger.info("Cleanup removed %d sessions, %d messages, %d inbox rows, %d group background rows and %d "
+                    "image files older than %s in %.0f ms", sessions, messages, inbox, group, images,
+                    cutoff.isoformat(timespec="seconds"), stats.duration_ms)
         return stats

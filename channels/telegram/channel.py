@@ -48,7 +48,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
-from channels.telegram.incoming import UpdatesRequest, to_incoming
+from channels.telegram.incoming import MAX_FILE_BYTES, UpdatesRequest, to_incoming
 from channels.telegram.request import AiohttpRequest
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks
 from channels.telegram.webhook import WebhookServer
@@ -149,6 +149,7 @@ class TelegramChannel(BaseChannel):
         self._next_edit: dict[int, float] = {}
 
     answered_anywhere = True  # the Bot API takes a reply from any process
+    fetches_media = True  # getFile and the file URL (DESIGN §5.1)
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
@@ -344,6 +345,18 @@ class TelegramChannel(BaseChannel):
     def to_incoming(self, message: Message) -> IncomingMessage | None:
         """Turn a PTB message into an :class:`IncomingMessage`, or None for a service message."""
         return to_incoming(message, channel=self.name, bot_id=self.bot_id, bot_username=self.bot_username)
+
+    async def download(self, msg: IncomingMessage) -> bytes | None:
+        """The photo or voice note's bytes: ``getFile``, then the file from ``/file/bot<token>/<file_path>``."""
+        bot = self.bot
+        file_id = msg.extra.get("file_id")
+        if bot is None or not file_id:
+            return None
+        size = int(msg.extra.get("file_size") or 0)
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"the file is {size:,} bytes; the Bot API serves at most {MAX_FILE_BYTES:,}")
+        file = await bot.get_file(str(file_id), read_timeout=self.send_timeout)
+        return bytes(await file.download_as_bytearray(read_timeout=60))
 
     # --- outgoing ----------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:

@@ -97,6 +97,7 @@ def to_incoming(message: Message, *, channel: str, bot_id: int | None,
     extra: dict[str, Any] = {}
     if message.is_topic_message and message.message_thread_id:
         extra["thread_id"] = message.message_thread_id
+    extra.update(media_reference(message, content_type))
     return IncomingMessage(
         channel=channel, chat_id=str(chat.id), user_id=user_id, text=text, user_name=user_name,
         is_group=chat.type in ("group", "supergroup"), group_name=chat.title or "",
@@ -105,6 +106,22 @@ def to_incoming(message: Message, *, channel: str, bot_id: int | None,
         is_from_bot=sender is not None and (sender.is_bot or sender.id == bot_id), extra=extra,
         reply_to_text=reply_to_text, reply_to_name=reply_to_name,
     )
+
+
+#: The Bot API serves files up to this size through getFile.
+MAX_FILE_BYTES = 20 * 1024 * 1024
+
+
+def media_reference(message: Message, content_type: str) -> dict[str, Any]:
+    """What fetching a photo or voice note needs later (``file_id``), kept in ``IncomingMessage.extra``: the
+    largest size of a photo that the Bot API will serve, or the voice note itself."""
+    if content_type == "photo" and message.photo:
+        sizes = [p for p in message.photo if not p.file_size or p.file_size <= MAX_FILE_BYTES] or list(message.photo)
+        best = max(sizes, key=lambda p: p.width * p.height)
+        return {"file_id": best.file_id, "file_size": best.file_size or 0}
+    if content_type == "voice" and message.voice is not None:
+        return {"file_id": message.voice.file_id, "file_size": message.voice.file_size or 0}
+    return {}
 
 
 def _replied(message: Message, sender: Any) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from plugins.hookspecs import hookimpl
 
 logger = logging.getLogger(__name__)
 
-#: The sections of every export, in order (reminders and images add theirs here).
+#: The sections of every export, in order (export/parts.py; a feature may register its own).
 PARTS = default_parts()
 EXPORTS_DIR = "exports"
 EXPORT_USAGE = "Usage: /export sends everything stored for this conversation as one file."

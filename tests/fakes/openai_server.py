@@ -23,6 +23,8 @@ waits on them. Streamed answers are chunked and keep their connection too; scrip
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import itertools
 import json
 import logging
@@ -84,6 +86,27 @@ def error_payload(status: int, message: str, code: str | None = None, type: str 
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
+#: What servers answer a chat request with an image part for a model that cannot take images, as they send it
+#: (status, body). OpenAI and Azure: a 400 naming the part (seen in many reports, e.g. vllm-project/vllm#11629);
+#: llama.cpp's server without ``--mmproj``: a 500 (ggml-org/llama.cpp#15377); vLLM with a text-only model: its
+#: own error object with a 400 (studio-dots-ai/dots.ocr#61).
+IMAGE_REFUSALS: dict[str, tuple[int, dict[str, Any]]] = {
+    "openai": (400, {"error": {"message": "Invalid content type. image_url is only supported by certain models.",
+                               "type": "invalid_request_error", "param": "messages.[1].content.[1].type",
+                               "code": None}}),
+    "llamacpp": (500, {"error": {"code": 500, "message": "image input is not supported - hint: if this is "
+                                 "unexpected, you may need to provide the mmproj", "type": "server_error"}}),
+    "vllm": (400, {"object": "error", "message": "facebook/opt-125m is not a multimodal model None",
+                   "type": "BadRequestError", "param": None, "code": 400}),
+}
+
+
+def has_image_part(body: dict[str, Any]) -> bool:
+    """True when a chat request carries an ``image_url`` content part."""
+    return any(isinstance(m.get("content"), list) and any(isinstance(p, dict) and p.get("type") == "image_url"
+                                                         for p in m["content"]) for m in body.get("messages") or [])
+
+
 class FakeOpenAIServer(FakeService):
     """An OpenAI-compatible chat-completions endpoint on a random loopback port."""
 
@@ -114,6 +137,15 @@ class FakeOpenAIServer(FakeService):
         self.max_in_flight = 0
         #: when set, chat requests whose path does not start with it get a 404 (a base URL without /v1)
         self.chat_prefix: str | None = None
+        #: when set ("openai", "llamacpp", "vllm"), a chat request carrying an image part gets that server's own
+        #: refusal (:data:`IMAGE_REFUSALS`), byte for byte
+        self.refuse_images: str | None = None
+        #: transcripts ``/audio/transcriptions`` answers, first in first out (then :attr:`default_transcript`);
+        #: an ``(status, body)`` tuple is answered as an error
+        self.transcripts: deque[str | tuple[int, dict[str, Any]]] = deque()
+        self.default_transcript = "this is what the voice note said"
+        #: every transcription request: {"model", "filename", "content_type", "audio", "response_format"}
+        self.transcriptions: list[dict[str, Any]] = []
         #: answers of the window-discovery endpoints by path (``/props``, ``/api/show``, ...); others get a 404
         self.discovery: dict[str, Any] = {}
 
@@ -256,6 +288,9 @@ class FakeOpenAIServer(FakeService):
         """Decide the reply to one chat request: auth, window check, queue, responder, echo."""
         if self.required_api_key is not None and headers.get("authorization") != f"Bearer {self.required_api_key}":
             return _Error(401, error_payload(401, "Incorrect API key provided.", "invalid_api_key"))
+        if self.refuse_images and has_image_part(body):
+            status, payload = IMAGE_REFUSALS[self.refuse_images]
+            return _Error(status, payload)
         if self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
             return _Error(400, error_payload(
                 400,
@@ -382,6 +417,10 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._json(200, fake.discovery[self.path])
                 return
             path = self.path.split("?", 1)[0].rstrip("/")
+            if path.endswith("/audio/transcriptions"):
+                fake._paths.append(self.path)
+                self._transcription(raw)
+                return
             if not path.endswith("/chat/completions") or fake.chat_prefix and not path.startswith(fake.chat_prefix):
                 fake._paths.append(self.path)
                 self._json(404, error_payload(404, f"Unknown path {self.path}"))
@@ -402,6 +441,39 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             finally:
                 with fake._lock:
                     fake.in_flight -= 1
+
+        def _transcription(self, raw: bytes) -> None:
+            """``POST /audio/transcriptions``, multipart/form-data as OpenAI takes it: ``file`` and ``model``
+            required (a 400 in OpenAI's words without them); answers ``{"text": ...}``."""
+            ctype = self.headers.get("Content-Type") or ""
+            if not ctype.startswith("multipart/form-data"):
+                self._json(400, error_payload(400, "Invalid Content-Type header, expected multipart/form-data"))
+                return
+            msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw)
+            fields: dict[str, Any] = {}
+            for part in msg.iter_parts():
+                name = part.get_param("name", header="content-disposition")
+                payload = part.get_payload(decode=True) or b""
+                if part.get_filename():
+                    fields[name] = {"filename": part.get_filename(), "content_type": part.get_content_type(),
+                                    "audio": payload}
+                else:
+                    fields[name] = payload.decode()
+            if "file" not in fields or not isinstance(fields["file"], dict):
+                self._json(400, error_payload(400, "you must provide a file", param="file"))
+                return
+            if not fields.get("model"):
+                self._json(400, error_payload(400, "you must provide a model parameter", param="model"))
+                return
+            with fake._lock:
+                fake.transcriptions.append({"model": fields["model"], **fields["file"],
+                                            "response_format": fields.get("response_format", "json")})
+                answer = fake.transcripts.popleft() if fake.transcripts else fake.default_transcript
+            if isinstance(answer, tuple):
+                self._json(answer[0], answer[1])
+                return
+            self._json(200, {"text": answer})
 
         def _reply(self, body: dict[str, Any], headers: dict[str, str]) -> None:
             fake._sleep()

@@ -142,6 +142,11 @@ class FakeTelegramAPI(FakeService):
         self.peer_owner: Any = None
         self._peer = threading.local()
         self._poll_generation = 0
+        #: files served by getFile and ``/file/bot<token>/<file_path>``: file_id -> (file_unique_id, path, bytes)
+        self.files: dict[str, tuple[str, str, bytes]] = {}
+        #: ``file_path`` of every file download, in order
+        self.downloads: list[str] = []
+        self._file_ids = itertools.count(1)
 
     # --- lifecycle (FakeService) ---------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -237,6 +242,48 @@ class FakeTelegramAPI(FakeService):
         sticker = {"file_id": "sticker-file", "file_unique_id": "sticker-u", "type": "regular", "width": 512,
                    "height": 512, "is_animated": False, "is_video": False, "emoji": emoji}
         return self.push_message(chat_id, user_id=user_id, first_name=first_name, sticker=sticker, **kwargs)
+
+    def add_file(self, data: bytes, *, folder: str = "photos", suffix: str = ".jpg") -> dict[str, Any]:
+        """Keep ``data`` as a file the bot can fetch (getFile, then the file URL); returns its
+        ``{"file_id", "file_unique_id", "file_size"}`` as the Bot API puts it in a message."""
+        n = next(self._file_ids)
+        file_id = f"AgACAgIAAxkBAAI{n:06d}fake"
+        unique = f"AQAD{n:06d}"
+        with self._cond:
+            self.files[file_id] = (unique, f"{folder}/file_{n}{suffix}", data)
+        return {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}
+
+    def push_photo(self, chat_id: int, data: bytes, *, user_id: int, caption: str | None = None,
+                   width: int = 1280, height: int = 960, **kwargs: Any) -> dict[str, Any]:
+        """Queue a photo message as Telegram sends one: several sizes (thumbnails and the full size, the
+        largest last); every size serves ``data`` (the bot should fetch the largest)."""
+        sizes = []
+        for scale in (0.0703125, 0.25, 0.625, 1.0):  # 90, 320, 800 and full width, as Telegram makes them
+            entry = self.add_file(data)
+            sizes.append({**entry, "width": max(1, int(width * scale)), "height": max(1, int(height * scale))})
+        entities = None
+        if caption and "@" + self.username in caption:
+            start = caption.find("@" + self.username)
+            entities = [{"type": "mention", "offset": utf16_len(caption[:start]),
+                         "length": utf16_len("@" + self.username)}]
+        return self.push_message(chat_id, user_id=user_id, photo=sizes, caption=caption,
+                                 caption_entities=entities, **kwargs)
+
+    def push_voice(self, chat_id: int, data: bytes, *, user_id: int, duration: int = 3,
+                   **kwargs: Any) -> dict[str, Any]:
+        """Queue a voice note (OGG/Opus, as Telegram's clients record them)."""
+        entry = self.add_file(data, folder="voice", suffix=".oga")
+        voice = {**entry, "duration": duration, "mime_type": "audio/ogg"}
+        return self.push_message(chat_id, user_id=user_id, voice=voice, **kwargs)
+
+    def file_bytes(self, file_path: str) -> bytes | None:
+        """The bytes served at ``/file/bot<token>/<file_path>``, or None."""
+        with self._cond:
+            for _unique, path, data in self.files.values():
+                if path == file_path:
+                    self.downloads.append(file_path)
+                    return data
+        return None
 
     def fail_next(self, method: str, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
         """Make the next call of ``method`` fail (e.g. 429 with ``{"retry_after": 1}``)."""
@@ -420,6 +467,13 @@ class FakeTelegramAPI(FakeService):
                                "file_name": document.filename, "mime_type": mime, "data": document.data,
                                "caption": caption, "params": params})
         return message
+    def _m_getfile(self, params: dict[str, Any]) -> dict[str, Any]:
+        with self._cond:
+            found = self.files.get(str(params.get("file_id")))
+        if found is None:
+            raise TelegramAPIError(400, "Bad Request: invalid file_id")
+        unique, path, data = found
+        return {"file_id": params["file_id"], "file_unique_id": unique, "file_size": len(data), "file_path": path}
 
     def _m_sendchataction(self, params: dict[str, Any]) -> bool:
         self.actions.append({"chat_id": params.get("chat_id"), "action": params.get("action")})
@@ -551,7 +605,7 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             parts = url.path.strip("/").split("/")
             if parts and parts[0] == "file":
-                self._error(404, "Not Found")
+                self._file(parts)
                 return
             if len(parts) != 2 or not parts[0].startswith("bot"):
                 self._error(404, "Not Found")
@@ -568,6 +622,25 @@ def _make_handler(api: FakeTelegramAPI) -> type[BaseHTTPRequestHandler]:
                 self._error(exc.code, exc.description, exc.parameters)
                 return
             self._reply(200, {"ok": True, "result": result})
+
+        def _file(self, parts: list[str]) -> None:
+            """``GET /file/bot<token>/<file_path>``: the file's bytes as they are, as the real Bot API serves
+            them; an unknown path or token is a 404 "Not Found" (JSON, as Telegram answers)."""
+            if len(parts) < 3 or parts[1] != "bot" + api.token:
+                self._error(404, "Not Found")
+                return
+            data = api.file_bytes("/".join(parts[2:]))
+            if data is None:
+                self._error(404, "Not Found")
+                return
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
 
         def _body_params(self, raw: bytes) -> dict[str, Any]:
             ctype = self.headers.get("Content-Type") or ""

@@ -165,18 +165,43 @@ async def test_a_long_history_is_read_page_by_page_and_parts_can_be_added(tmp_pa
 
         parts = export_plugin.default_parts()
         parts.register(ExportPart("reminders", "Reminders", reminders))
-        parts.register(ExportPart("images", "Images", broken))
+        parts.register(ExportPart("notes", "Long-term notes (MEMORY.md)", broken))
         monkeypatch.setattr(export_plugin, "PARTS", parts)
         reply = await bot.say("/export", terminal=True, **ALICE)
         assert f"{n + 2:,} stored messages" in reply and "1 reminder" in reply
-        assert "could not export: images (see the log)" in reply
+        assert "could not export: notes (see the log)" in reply
         data, md, _ = opened(path_in(reply))
     history = data["parts"]["history"]
     assert [m["seq"] for m in history] == list(range(1, n + 3))
     assert history[-1]["content"]["content"] == f"message {n - 1}"
     assert data["parts"]["reminders"] == [{"text": "call mum"}]
-    assert "images" not in data["parts"] and data["failed"] == {"images": "RuntimeError: boom"}
-    assert "## Reminders\n\n- call mum" in md and "## Images\n\n(This part could not be exported" in md
+    assert "notes" not in data["parts"] and data["failed"] == {"notes": "RuntimeError: boom"}
+    assert "## Reminders\n\n- call mum" in md
+    assert "## Long-term notes (MEMORY.md)\n\n(This part could not be exported" in md
+
+
+async def test_the_photos_of_the_conversation_go_in_as_files(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from media.files import save_image
+
+    picture = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(picture, "PNG")
+    async with PluginBot(tmp_path, memory_embedding_model="") as bot:
+        await bot.say("hello", terminal=True, **ALICE)
+        data_dir = tmp_path / "data"
+        saved = save_image(data_dir, "terminal:100", picture.getvalue(), stem="photo")
+        save_image(data_dir, "terminal:200", picture.getvalue(), stem="bobs")  # another chat's photo stays out
+        reply = await bot.say("/export", terminal=True, **ALICE)
+        assert "1 image" in reply
+        data, md, files = opened(path_in(reply))
+    name = f"images/{Path(saved.file).name}"
+    assert data["parts"]["images"] == [{"file": name, "bytes": saved.bytes}]
+    assert [n for n in files if n.startswith("images/")] == [name]
+    assert files[name] == (data_dir / saved.file).read_bytes() and files[name][:2] == b"\xff\xd8"  # a JPEG
+    assert f"## Images\n\n- {name}" in md
 
 
 def test_sizes_read_as_people_write_them():
