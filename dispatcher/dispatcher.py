@@ -54,6 +54,7 @@ from dispatcher.replies import (
 from dispatcher.resume import pending_items
 from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
+from usage.caps import ALLOWED, CapDecision, UsageCaps, speaker_of
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Dispatcher:
         locks: Locks | None = None,
         admins: Admins | None = None,
         hooks: MessageHooks | None = None,
+        caps: UsageCaps | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -85,6 +87,8 @@ class Dispatcher:
         self.hooks = hooks or MessageHooks()
         self.channels: dict[str, BaseChannel] = {}
         self.admins = admins or Admins(store, config, shared=self.locks.shared)
+        #: the daily usage caps, checked before each turn (None: no caps)
+        self.caps = caps
         self.queue = SessionQueue(self._process_queued, config().max_concurrent_turns)
         self.outbox = Outbox(store, self.channels, self.send)
         #: seconds before a turn without an answer gets the "still working" note
@@ -364,7 +368,7 @@ class Dispatcher:
                                                              streamed))
                     reply, tool_calls, outcome = await run_agent(
                         item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
-                        sink=streamed)
+                        sink=streamed, gate=self._cap_decision if self.caps is not None else None)
             self.queue.turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
@@ -377,6 +381,15 @@ class Dispatcher:
                 if task is not None:
                     task.cancel()
         return outcome, reply, tool_calls, streamed
+
+    async def _cap_decision(self, item: WorkItem) -> CapDecision:
+        """The usage caps' decision for the item's turn (DESIGN §12); admins are exempt."""
+        caps = self.caps
+        if caps is None or not caps.caps():
+            return ALLOWED
+        msg = item.message
+        return await caps.check(speaker_of(msg.channel, msg.user_id), item.info,
+                                is_admin=await self.admins.is_admin_now(msg))
 
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
         """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""
