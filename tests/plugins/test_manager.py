@@ -84,7 +84,7 @@ class Broken:
 async def test_builtins_register_their_commands_and_tools(tmp_path):
     async with PluginBot(tmp_path) as bot:
         assert [c.name for c in bot.commands.all()] == ["help", "context", "reset", "clear", "compact", "config",
-                                                        "auth", "memory", "forget"]
+                                                        "auth", "memory", "forget", "usage"]
         assert bot.tools.names() == ["current_time", "memory_search", "memory_get", "memory_write", "web_fetch",
                                      "history_search"]
         assert {n: i.enabled for n, i in bot.manager.plugins.items()} == {"commands": True, "admin": True,

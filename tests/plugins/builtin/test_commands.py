@@ -32,6 +32,7 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "/auth — /auth <password> makes you an admin (private chat)",
             "/memory — this conversation's memory; /memory rebuild re-indexes it (admins)",
             "/forget — delete this conversation's history and memory for good (asks first)",
+            "/usage — tokens used today and this month by this chat and by you, against the caps",
         ])
         assert bot.llm.history == []  # commands never reach the model
 
