@@ -89,7 +89,7 @@ async def test_builtins_register_their_commands_and_tools(tmp_path):
                                      "history_search"]
         assert {n: i.enabled for n, i in bot.manager.plugins.items()} == {"commands": True, "admin": True,
                                                                            "tools": True, "memory_index": True,
-                                                                           "memory_commands": True}
+                                                                           "memory_commands": True, "usage": True}
         assert bot.manager.plugins["admin"].commands == ["config", "auth"]
 
 
