@@ -229,7 +229,7 @@ async def test_plugins_are_discovered_in_a_folder(tmp_path, caplog):
         async with PluginBot(tmp_path, directory=folder) as bot:
             assert await bot.say("/hello") == "hello Alice (pkg)"
             assert sorted(bot.manager.plugins) == ["admin", "commands", "greet", "memory_commands", "memory_index",
-                                                   "pkgplug", "tools"]
+                                                   "pkgplug", "tools", "usage"]
     assert [r.getMessage() for r in caplog.records] == ["plugin broken failed to import; skipped"]
 
 
