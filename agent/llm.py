@@ -303,6 +303,8 @@ class OpenAILLM:
             finally:
                 await events.close()
         if assembler.finish_reason is None:
+            if assembler.usage is not None:  # cut after its usage came: the tokens were spent
+                await self._record(body, model, assembler.result_usage(), None)
             if not chunks:
                 raise StreamCutError("the model's stream was empty (no data, no [DONE])", code="empty_stream")
             raise StreamCutError(f"the model's stream ended without a finish reason after {chunks} chunk(s)")

@@ -48,9 +48,14 @@ class ForgetReport:
         return "Deleted for good: " + ", ".join(parts) + "."
 
 
+#: Tables with a ``session_id`` that outlive the session: the bill's record (DESIGN §12), token counts only; a
+#: /forget that took them would also undo the day's spending and so the caps.
+KEPT_TABLES = frozenset({"usage", "usage_daily"})
+
+
 def session_tables() -> list[Any]:
-    """Every table with a ``session_id`` column, children first and ``sessions`` last."""
-    tables = [t for t in reversed(Base.metadata.sorted_tables) if "session_id" in t.c]
+    """Every table with a ``session_id`` column (but :data:`KEPT_TABLES`), children first and ``sessions`` last."""
+    tables = [t for t in reversed(Base.metadata.sorted_tables) if "session_id" in t.c and t.name not in KEPT_TABLES]
     return sorted(tables, key=lambda t: t.name == "sessions")  # stable: children keep their order
 
 
