@@ -213,3 +213,18 @@ async def test_a_summary_runs_past_a_cap_and_is_counted(tmp_path, server, db_url
             server.enqueue_text("- The user's cat is Tom.", usage={"prompt_tokens": 70, "completion_tokens": 9})
             assert await summarizer.summarize_now("telegram:100", "compact", 1, 2) == "- The user's cat is Tom."
             assert (await usage_rows(bot))[-1] == ("telegram:100", "", MODEL, "summary", 70, 9, 0)
+
+
+async def test_a_flush_before_a_trim_is_its_own_row_in_the_turn(tmp_path, server, db_url):
+    with time_machine.travel(EVENING, tick=False):
+        async with capped_bot(tmp_path, server, db_url, agent_max_context_turns=2, memory_flush=True) as bot:
+            for i in range(2):
+                server.enqueue_text(f"a{i}", usage={"prompt_tokens": 10, "completion_tokens": 1})
+                assert await bot.say(f"q{i}") == f"a{i}"
+            server.enqueue_tool_calls([("memory_write", '{"text": "The user asked q0."}')],
+                                      usage={"prompt_tokens": 44, "completion_tokens": 7})
+            server.enqueue_text("a2", usage={"prompt_tokens": 12, "completion_tokens": 1})
+            assert await bot.say("q2") == "a2"
+            assert [r[1:6] for r in await usage_rows(bot)] == [
+                ("telegram:100", MODEL, "reply", 10, 1), ("telegram:100", MODEL, "reply", 10, 1),
+                ("telegram:100", MODEL, "flush", 44, 7), ("telegram:100", MODEL, "reply", 12, 1)]
