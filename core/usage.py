@@ -28,6 +28,8 @@ class UsageScope:
     session_id: str = ""
     user_id: str = ""
     purpose: str = "other"
+    #: when set, each recorded call adds its tokens to ``tally[0]`` (what a turn spent, for the caps' estimate)
+    tally: list[int] | None = None
 
 
 _NO_SCOPE = UsageScope()
@@ -40,12 +42,12 @@ def current_scope() -> UsageScope:
 
 
 @contextlib.contextmanager
-def usage_scope(session_id: str | None = None, user_id: str | None = None,
-                purpose: str | None = None) -> Iterator[UsageScope]:
+def usage_scope(session_id: str | None = None, user_id: str | None = None, purpose: str | None = None,
+                tally: list[int] | None = None) -> Iterator[UsageScope]:
     """Within the block, model calls are recorded for this scope; what is not given is kept from the outer one."""
     outer = current_scope()
     scope = replace(outer, **{k: v for k, v in (("session_id", session_id), ("user_id", user_id),
-                                                  ("purpose", purpose)) if v is not None})
+                                                  ("purpose", purpose), ("tally", tally)) if v is not None})
     token = _SCOPE.set(scope)
     try:
         yield scope

@@ -18,11 +18,12 @@ journal entries in order if no other process holds the session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agent.loop import Agent
@@ -54,7 +55,7 @@ from dispatcher.replies import (
 from dispatcher.resume import pending_items
 from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
-from usage.caps import ALLOWED, CapDecision, UsageCaps, speaker_of
+from usage.caps import ALLOWED, Turn, UsageCaps, speaker_of
 
 logger = logging.getLogger(__name__)
 
@@ -368,7 +369,7 @@ class Dispatcher:
                                                              streamed))
                     reply, tool_calls, outcome = await run_agent(
                         item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
-                        sink=streamed, gate=self._cap_decision if self.caps is not None else None)
+                        sink=streamed, gate=self._capped if self.caps is not None else None)
             self.queue.turn_finished(item)
             if reply:
                 reply = await self.hooks.after_reply(item.message, reply)
@@ -382,14 +383,17 @@ class Dispatcher:
                     task.cancel()
         return outcome, reply, tool_calls, streamed
 
-    async def _cap_decision(self, item: WorkItem) -> CapDecision:
-        """The usage caps' decision for the item's turn (DESIGN §12); admins are exempt."""
+    @contextlib.asynccontextmanager
+    async def _capped(self, item: WorkItem) -> AsyncIterator[Turn]:
+        """Around the item's turn: the usage caps' decision (DESIGN §12; admins exempt), and the turn in flight."""
         caps = self.caps
         if caps is None or not caps.caps():
-            return ALLOWED
+            yield Turn(ALLOWED)
+            return
         msg = item.message
-        return await caps.check(speaker_of(msg.channel, msg.user_id), item.info,
-                                is_admin=await self.admins.is_admin_now(msg))
+        async with caps.turn(speaker_of(msg.channel, msg.user_id), item.info,
+                             is_admin=await self.admins.is_admin_now(msg)) as turn:
+            yield turn
 
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
         """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""

@@ -7,7 +7,8 @@ a second model call; otherwise its context is cut back to its own user message a
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
@@ -20,7 +21,7 @@ from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
 from store.conversations import ConversationStore
-from usage.caps import ALLOWED, CapDecision, speaker_of
+from usage.caps import ALLOWED, Turn, speaker_of
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
     return await command.handler(request)
 
 
-#: ``gate(item)``: whether the item's turn may run, and on which model (the usage caps, usage/caps.py).
-CapGate = Callable[[WorkItem], Awaitable[CapDecision]]
+#: ``gate(item)``: around the item's turn, whether it may run and on which model (the usage caps, usage/caps.py).
+CapGate = Callable[[WorkItem], AbstractAsyncContextManager[Turn]]
 
 
 async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: ConversationStore,
@@ -75,19 +76,26 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
                 return answer, 0, "ok (stored answer)"
             if not state.cut_after(item.user_seq):
                 state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
-        decision = await gate(item) if gate is not None else ALLOWED
-        if decision.refusal is not None:
-            return decision.refusal, 0, f"refused (the {decision.cap} cap)"
-        state.set_background(await background_lines(store, item.message, agent.config()))
-        speaker = speaker_of(item.message.channel, item.message.user_id)
-        try:
-            with usage_scope(item.info.session_id, speaker, "reply"):
-                result = await agent.run_turn(state, sink, final=_keeping_reply(store, item), model=decision.model)
-        finally:
-            state.set_background([])
+        async with (gate or _uncapped)(item) as turn:
+            decision = turn.decision
+            if decision.refusal is not None:
+                return decision.refusal, 0, f"refused (the {decision.cap} cap)"
+            state.set_background(await background_lines(store, item.message, agent.config()))
+            speaker = speaker_of(item.message.channel, item.message.user_id)
+            try:
+                with usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
+                    result = await agent.run_turn(state, sink, final=_keeping_reply(store, item),
+                                                  model=decision.model)
+            finally:
+                state.set_background([])
     outcome = result.outcome if decision.model is None else f"{result.outcome} (on {decision.model}: the " \
         f"{decision.cap} cap)"
     return result.text, result.tool_calls, outcome
+
+
+@asynccontextmanager
+async def _uncapped(item: WorkItem) -> AsyncIterator[Turn]:
+    yield Turn(ALLOWED)
 
 
 async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:

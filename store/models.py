@@ -251,3 +251,18 @@ class UsageDailyRow(Base):
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class UsageFlightRow(Base):
+    """A turn running now under the caps, with the tokens it is expected to spend (usage/caps.py)."""
+
+    __tablename__ = "usage_flights"
+    __table_args__ = (Index("ix_usage_flights_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: the speaker, ``<channel>:<user id>``
+    user_id: Mapped[str] = mapped_column(String(255))
+    #: the group chat, ``<channel>:group:<chat id>``, or "" for a private chat
+    group_id: Mapped[str] = mapped_column(String(255))
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import case, delete, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
 from store.conversations import ConversationStore
-from store.models import UsageDailyRow, UsageRow
+from store.models import UsageDailyRow, UsageFlightRow, UsageRow
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,10 @@ _U = UsageRow.__table__
 _C = _U.c
 _D = UsageDailyRow.__table__
 _DC = _D.c
+_F = UsageFlightRow.__table__
+_FC = _F.c
+#: A turn in flight is forgotten after this long (a process that died mid-turn leaves its row behind).
+FLIGHT_TTL = timedelta(minutes=10)
 _TOKENS = func.coalesce(func.sum(_C.prompt_tokens + _C.completion_tokens), 0)
 
 
@@ -56,6 +60,20 @@ class Who:
             conditions.append(or_(_C.session_id == self.group,
                                   _C.session_id.startswith(self.group + ":", autoescape=True)))
         return conditions
+
+
+@dataclass(frozen=True, slots=True)
+class CapState:
+    """What the caps compare: today's tokens and the tokens of the turns in flight, of the speaker, the group
+    and the whole bot, and what one reply call spent on average today."""
+
+    user: int
+    group: int
+    bot: int
+    user_flights: int
+    group_flights: int
+    bot_flights: int
+    per_reply_call: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +152,40 @@ def _day(conn: Connection, day: str, start: datetime, end: datetime, top: int) -
                      int(prompt or 0), int(cached or 0))
 
 
+def _cap_state(conn: Connection, since: datetime, user_id: str, group: str | None,
+               alive_since: datetime) -> CapState:
+    tokens = _C.prompt_tokens + _C.completion_tokens
+
+    def total(condition: Any, value: Any) -> Any:
+        return func.coalesce(func.sum(case((condition, value), else_=0)), 0)
+
+    in_group = or_(_C.session_id == group, _C.session_id.startswith(f"{group}:", autoescape=True))
+    user, grouped, bot, replies, reply_tokens = conn.execute(select(
+        total(_C.user_id == user_id, tokens), total(in_group, tokens) if group is not None else literal(0),
+        func.coalesce(func.sum(tokens), 0), total(_C.purpose == "reply", 1), total(_C.purpose == "reply", tokens),
+    ).where(_C.created_at >= since)).one()
+    f_user, f_group, f_bot = conn.execute(select(
+        total(_FC.user_id == user_id, _FC.tokens),
+        total(_FC.group_id == group, _FC.tokens) if group is not None else literal(0),
+        func.coalesce(func.sum(_FC.tokens), 0),
+    ).where(_FC.created_at >= alive_since)).one()
+    per_call = int(reply_tokens) // int(replies) if replies else 0
+    return CapState(int(user), int(grouped), int(bot), int(f_user), int(f_group), int(f_bot), per_call)
+
+
+def _begin_flight(conn: Connection, user_id: str, group_id: str, tokens: int, at: datetime) -> int:
+    return int(conn.execute(insert(_F).values(user_id=user_id, group_id=group_id, tokens=tokens, created_at=at)
+                            .returning(_FC.id)).scalar_one())
+
+
+def _end_flight(conn: Connection, flight_id: int) -> None:
+    conn.execute(delete(_F).where(_FC.id == flight_id))
+
+
+def _forget_flights(conn: Connection, before: datetime) -> int:
+    return conn.execute(delete(_F).where(_FC.created_at < before)).rowcount or 0
+
+
 def _roll_up(conn: Connection, cutoff: datetime, zone: tzinfo, batch: int) -> int:
     """Sum up to ``batch`` rows older than ``cutoff`` into ``usage_daily`` and delete them; return how many."""
     rows = conn.execute(select(_C.id, _C.created_at, _C.session_id, _C.user_id, _C.model, _C.purpose,
@@ -205,13 +257,27 @@ class UsageStore:
                       keep_days: int = USAGE_ROW_DAYS) -> int:
         """Sum the rows older than ``keep_days`` into ``usage_daily`` (per day in ``zone``), in batches; return
         how many rows were summed."""
-        cutoff = (now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=keep_days)
+        now = (now or datetime.now(UTC)).astimezone(UTC)
+        cutoff = now - timedelta(days=keep_days)
+        await self.store.run(_forget_flights, now - FLIGHT_TTL)  # left by processes that died mid-turn
         done = 0
         while True:
             n = await self.store.run(_roll_up, cutoff, zone, batch)
             done += n
             if n < batch:
                 return done
+
+    async def cap_state(self, since: datetime, user_id: str, group: str | None, now: datetime) -> CapState:
+        """Today's tokens (since ``since``) and the turns in flight, of ``user_id``, ``group`` and the bot."""
+        return await self.store.run(_cap_state, since, user_id, group, now - FLIGHT_TTL)
+
+    async def begin_flight(self, user_id: str, group: str | None, tokens: int, at: datetime) -> int:
+        """Note a turn running now that is expected to spend ``tokens``; its id, for :meth:`end_flight`."""
+        return await self.store.run(_begin_flight, user_id, group or "", tokens, at)
+
+    async def end_flight(self, flight_id: int) -> None:
+        """The turn ended: its tokens are recorded in ``usage`` now."""
+        await self.store.run(_end_flight, flight_id)
 
     async def daily_sums(self) -> list[tuple[str, str, str, str, str, int, int, int, int]]:
         """Every ``usage_daily`` row: day, session, speaker, model, purpose, calls, prompt, completion, cached."""

@@ -331,7 +331,7 @@ class Summarizer:
         else:
             # Counted for the chat and the bot, no one person (nobody asked for it), and never refused by a cap
             # (DESIGN §12). Set here: a worker task started inside a turn would otherwise carry that turn's scope.
-            with usage_scope(sid, "", "summary"):
+            with usage_scope(sid, "", "summary", tally=[0]):  # a tally of its own, not a turn's
                 outcome = await self._summarise_job(job, record, [m.message for m in stored])
         await self.store.finish_summary_job(job.id)
         logger.info("summary job %d session %s %s seqs %d-%d: %d turn%s, %s, %.0f ms", job.id, sid, job.reason,

@@ -6,15 +6,21 @@ summary is never refused. Over a cap, the turn runs on ``usage_fallback_model`` 
 the speaker gets one sentence naming the cap and when it resets. Admins are exempt.
 
 The check reads what is recorded in the database, and every model call is recorded as it is answered (not
-at the end of its turn), so processes sharing a database see each other's spending: a cap is overrun at
-most by the turns already running when it was reached.
+at the end of its turn). A turn that runs is noted in ``usage_flights`` with what it is expected to spend
+(the most one of this process's recent turns spent, or today's average reply call), and the checks count
+those too: processes sharing a database see each other's turns before their tokens are recorded. Checks
+are one at a time in a process, so two of its turns never both take the last room under a cap; two
+processes checking at the same moment can, so a cap is overrun by at most about one turn per process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +28,9 @@ from core.records import SessionInfo
 from store.usage import UsageStore, Who, local_midnight
 
 logger = logging.getLogger(__name__)
+
+#: A turn in flight is expected to spend as much as the most of this process's last this many turns.
+RECENT_TURNS = 20
 
 #: The sentences of a refusal, by cap: what was reached, then when it resets.
 REFUSALS = {
@@ -82,12 +91,25 @@ def reset_text(now: datetime, zone: Any) -> str:
     return f"00:00 {zone}, in {span}"
 
 
+@dataclass(slots=True)
+class Turn:
+    """One turn under the caps: the decision, and what the turn spends (the recorder adds to ``tally``)."""
+
+    decision: CapDecision
+    tally: list[int] = field(default_factory=lambda: [0])
+
+
 class UsageCaps:
-    """Decides, before a turn, whether a cap was reached."""
+    """Decides, before a turn, whether a cap was reached, and keeps the turns in flight visible to every
+    process until their tokens are recorded."""
 
     def __init__(self, usage: UsageStore, config: Callable[[], Any]) -> None:
         self.usage = usage
         self.config = config
+        #: one check at a time in this process: a turn checked after another sees that one in flight
+        self._lock = asyncio.Lock()
+        #: what the last turns of this process spent: a turn in flight is expected to spend their most
+        self._recent: deque[int] = deque(maxlen=RECENT_TURNS)
 
     def caps(self) -> list[tuple[str, int]]:
         """The caps in force, person first: (name, tokens per day)."""
@@ -96,34 +118,54 @@ class UsageCaps:
                 ("bot", cfg.usage_cap_daily_tokens)]
         return [(name, cap) for name, cap in caps if cap > 0]
 
-    async def check(self, speaker: str, info: SessionInfo, *, is_admin: bool,
-                    now: datetime | None = None) -> CapDecision:
-        """The decision for a turn of ``speaker`` in ``info``'s session; caps are checked person, group, bot."""
+    @contextlib.asynccontextmanager
+    async def turn(self, speaker: str, info: SessionInfo, *, is_admin: bool,
+                   now: datetime | None = None) -> AsyncIterator[Turn]:
+        """Around a turn of ``speaker`` in ``info``'s session: the decision (caps checked person, group, bot;
+        the turns in flight count as what they are expected to spend), and the turn noted as in flight while
+        it runs. A refused turn is not in flight."""
         caps = self.caps()
-        if not caps or is_admin:
-            return ALLOWED
+        if not caps:
+            yield Turn(ALLOWED)
+            return
+        now = now or datetime.now(UTC)
+        group = group_of(info)
+        async with self._lock:
+            decision, expected = await self._decide(caps, speaker, info, group, is_admin=is_admin, now=now)
+            flight = None if decision.refused else await self.usage.begin_flight(speaker, group, expected, now)
+        turn = Turn(decision)
+        try:
+            yield turn
+        finally:
+            if flight is not None:
+                self._recent.append(turn.tally[0])
+                try:
+                    await self.usage.end_flight(flight)
+                except Exception as exc:  # noqa: BLE001 - it expires by itself (store/usage.py FLIGHT_TTL)
+                    logger.warning("a turn's in-flight mark could not be removed (%s); it expires by itself", exc)
+
+    async def _decide(self, caps: list[tuple[str, int]], speaker: str, info: SessionInfo, group: str | None, *,
+                      is_admin: bool, now: datetime) -> tuple[CapDecision, int]:
         cfg = self.config()
         zone = cfg.zone()
-        now = now or datetime.now(UTC)
         start, _ = day_bounds(now, zone)
-        group = group_of(info)
+        state = await self.usage.cap_state(start, speaker, group, now)
+        expected = max(max(self._recent, default=0), state.per_reply_call)
+        if is_admin:  # exempt, but in flight: an admin's turn spends the bot's budget too
+            return ALLOWED, expected
         for name, cap in caps:
-            if name == "user":
-                who = Who(user_id=speaker)
-            elif name == "group":
-                if group is None:
-                    continue
-                who = Who(group=group)
-            else:
-                who = Who()
-            used = await self.usage.tokens_since(start, who)
-            if used < cap:
+            if name == "group" and group is None:
+                continue
+            used, flying = {"user": (state.user, state.user_flights), "group": (state.group, state.group_flights),
+                            "bot": (state.bot, state.bot_flights)}[name]
+            if used + flying < cap:
                 continue
             if cfg.usage_fallback_model:
-                logger.info("session %s: the %s cap (%d tokens) is reached (%d used): answering with %s",
-                            info.session_id, name, cap, used, cfg.usage_fallback_model)
-                return CapDecision(cap=name, model=cfg.usage_fallback_model)
-            logger.info("session %s: the %s cap (%d tokens) is reached (%d used): refused", info.session_id, name,
-                        cap, used)
-            return CapDecision(cap=name, refusal=REFUSALS[name].format(cap=f"{cap:,}", reset=reset_text(now, zone)))
-        return ALLOWED
+                logger.info("session %s: the %s cap (%d tokens) is reached (%d used, %d in flight): answering "
+                            "with %s", info.session_id, name, cap, used, flying, cfg.usage_fallback_model)
+                return CapDecision(cap=name, model=cfg.usage_fallback_model), expected
+            logger.info("session %s: the %s cap (%d tokens) is reached (%d used, %d in flight): refused",
+                        info.session_id, name, cap, used, flying)
+            refusal = REFUSALS[name].format(cap=f"{cap:,}", reset=reset_text(now, zone))
+            return CapDecision(cap=name, refusal=refusal), 0
+        return ALLOWED, expected

@@ -50,6 +50,8 @@ class UsageRecorder:
                 usage = self.estimate(model, request, tools, answer)
             except Exception:  # noqa: BLE001 - a count that fails is no reason to lose the row
                 logger.warning("counting a model call's tokens failed", exc_info=True)
+        if scope.tally is not None:
+            scope.tally[0] += usage.total
         await self.record(scope.session_id, scope.user_id, model, scope.purpose, usage)
 
     def estimate(self, model: str, request: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
