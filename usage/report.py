@@ -43,7 +43,7 @@ def _models(fig: Figures) -> list[str]:
     lines = []
     for m in fig.month:
         cached = f", {m.cached_tokens:,} of its prompt tokens cached" if m.cached_tokens else ""
-        lines.append(f"  {m.model}: {today.get(m.model, 0):,} today, {m.total:,} this month ({m.calls:,} "
+        lines.append(f"• {m.model}: {today.get(m.model, 0):,} today, {m.total:,} this month ({m.calls:,} "
                      f"call{'' if m.calls == 1 else 's'}{cached})")
     return lines
 

@@ -168,9 +168,9 @@ async def test_usage_figures_are_exact(tmp_path, server, db_url):
             assert await bot.say("/usage", is_group=True, chat_id="-5") == "\n".join([
                 "Tokens used today (2026-11-26) and this month (November 2026), days in Europe/Berlin:",
                 "This group: 220 today of a daily cap of 5,000 (4,780 left), 440 this month",
-                "  chat-model: 220 today, 440 this month (3 calls, 40 of its prompt tokens cached)",
+                "• chat-model: 220 today, 440 this month (3 calls, 40 of its prompt tokens cached)",
                 "You: 193 today of a daily cap of 1,000 (807 left), 413 this month",
-                "  chat-model: 193 today, 413 this month (3 calls, 40 of its prompt tokens cached)",
+                "• chat-model: 193 today, 413 this month (3 calls, 40 of its prompt tokens cached)",
                 f"Over a cap, messages are not answered until the caps reset at {RESET}.",
             ])
             assert await bot.say("/usage", chat_id="300", user_id="300") == "\n".join([
@@ -189,9 +189,9 @@ async def test_usage_without_caps_says_so_and_shows_the_whole_bot_only_with_its_
             assert await bot.say("/usage") == "\n".join([
                 "Tokens used today (2026-11-26) and this month (November 2026), days in Europe/Berlin:",
                 "This chat: 160 today, 160 this month",
-                "  chat-model: 160 today, 160 this month (1 call, 40 of its prompt tokens cached)",
+                "• chat-model: 160 today, 160 this month (1 call, 40 of its prompt tokens cached)",
                 "You: 160 today, 160 this month",
-                "  chat-model: 160 today, 160 this month (1 call, 40 of its prompt tokens cached)",
+                "• chat-model: 160 today, 160 this month (1 call, 40 of its prompt tokens cached)",
                 "No daily caps are set.",
             ])
         async with capped_bot(tmp_path, server, db_url, usage_cap_daily_tokens=100,
