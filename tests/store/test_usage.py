@@ -87,3 +87,16 @@ async def test_rows_older_than_400_days_are_summed_per_day(store: ConversationSt
     assert await usage.roll_up(BERLIN, NOW, batch=1) == 1
     assert (await usage.daily_sums())[-1] == ("2025-10-02", "telegram:1", "telegram:1", "m", "reply", 3, 31, 4, 13)
     assert await usage.roll_up(BERLIN, NOW) == 0
+
+
+async def test_forget_leaves_the_usage_rows(store: ConversationStore, tmp_path: Path) -> None:
+    from core.records import SessionInfo
+    from memory.daily import DailyMemory
+    from memory.forget import forget_session
+
+    usage = UsageStore(store)
+    await store.ensure_session(SessionInfo("telegram:1", "telegram", "1", "1"))
+    await usage.add([row(NOW, prompt=100, completion=10)])
+    report = await forget_session(store, DailyMemory(tmp_path / "memory", UTC), "telegram:1")
+    assert "usage" not in report.rows and report.rows["sessions"] == 1
+    assert await usage.tokens_since(NOW, Who(user_id="telegram:1")) == 110  # /forget does not undo the spending
