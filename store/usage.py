@@ -34,6 +34,8 @@ _D = UsageDailyRow.__table__
 _DC = _D.c
 _F = UsageFlightRow.__table__
 _FC = _F.c
+#: A turn in flight is expected to spend at least the average of this many last reply calls.
+RECENT_REPLY_CALLS = 50
 #: A turn in flight is forgotten after this long (a process that died mid-turn leaves its row behind).
 FLIGHT_TTL = timedelta(minutes=10)
 _TOKENS = func.coalesce(func.sum(_C.prompt_tokens + _C.completion_tokens), 0)
@@ -57,15 +59,14 @@ class Who:
         if self.session_id is not None:
             conditions.append(_C.session_id == self.session_id)
         if self.group is not None:
-            conditions.append(or_(_C.session_id == self.group,
-                                  _C.session_id.startswith(self.group + ":", autoescape=True)))
+            conditions.append(_group_sessions(self.group))
         return conditions
 
 
 @dataclass(frozen=True, slots=True)
 class CapState:
     """What the caps compare: today's tokens and the tokens of the turns in flight, of the speaker, the group
-    and the whole bot, and what one reply call spent on average today."""
+    and the whole bot, and what one of the last reply calls spent on average."""
 
     user: int
     group: int
@@ -152,25 +153,39 @@ def _day(conn: Connection, day: str, start: datetime, end: datetime, top: int) -
                      int(prompt or 0), int(cached or 0))
 
 
-def _cap_state(conn: Connection, since: datetime, user_id: str, group: str | None,
-               alive_since: datetime) -> CapState:
+def _group_sessions(group: str) -> Any:
+    """The group's shared session and its members' (``<group>:<user id>``). An exact comparison of the id's
+    start: LIKE is case-blind on SQLite, and a range depends on PostgreSQL's collation."""
+    prefix = group + ":"
+    return or_(_C.session_id == group, func.substr(_C.session_id, 1, len(prefix)) == prefix)
+
+
+def _cap_state(conn: Connection, since: datetime, user_id: str, group: str | None, alive_since: datetime,
+               caps: frozenset[str]) -> CapState:
     tokens = _C.prompt_tokens + _C.completion_tokens
 
     def total(condition: Any, value: Any) -> Any:
         return func.coalesce(func.sum(case((condition, value), else_=0)), 0)
 
-    in_group = or_(_C.session_id == group, _C.session_id.startswith(f"{group}:", autoescape=True))
-    user, grouped, bot, replies, reply_tokens = conn.execute(select(
-        total(_C.user_id == user_id, tokens), total(in_group, tokens) if group is not None else literal(0),
-        func.coalesce(func.sum(tokens), 0), total(_C.purpose == "reply", 1), total(_C.purpose == "reply", tokens),
-    ).where(_C.created_at >= since)).one()
-    f_user, f_group, f_bot = conn.execute(select(
-        total(_FC.user_id == user_id, _FC.tokens),
-        total(_FC.group_id == group, _FC.tokens) if group is not None else literal(0),
+    if caps <= {"user"}:  # the person's rows only, on their index
+        user = int(conn.execute(select(func.coalesce(func.sum(tokens), 0))
+                                .where(_C.created_at >= since, _C.user_id == user_id)).scalar_one())
+        grouped = bot = 0
+    else:  # one pass over the day's rows for the three sums
+        in_group = _group_sessions(group) if group is not None else literal(False)
+        user, grouped, bot = (int(v) for v in conn.execute(select(
+            total(_C.user_id == user_id, tokens), total(in_group, tokens), func.coalesce(func.sum(tokens), 0),
+        ).where(_C.created_at >= since)).one())
+    f_user, f_group, f_bot = (int(v) for v in conn.execute(select(
+        total(_FC.user_id == user_id, _FC.tokens), total(_FC.group_id == (group or ""), _FC.tokens),
         func.coalesce(func.sum(_FC.tokens), 0),
-    ).where(_FC.created_at >= alive_since)).one()
-    per_call = int(reply_tokens) // int(replies) if replies else 0
-    return CapState(int(user), int(grouped), int(bot), int(f_user), int(f_group), int(f_bot), per_call)
+    ).where(_FC.created_at >= alive_since)).one())
+    if group is None:
+        f_group = 0
+    recent = select(tokens.label("t")).where(_C.purpose == "reply").order_by(_C.id.desc()) \
+        .limit(RECENT_REPLY_CALLS).subquery()
+    per_call = conn.execute(select(func.avg(recent.c.t))).scalar()
+    return CapState(user, grouped, bot, f_user, f_group, f_bot, int(per_call or 0))
 
 
 def _begin_flight(conn: Connection, user_id: str, group_id: str, tokens: int, at: datetime) -> int:
@@ -267,9 +282,11 @@ class UsageStore:
             if n < batch:
                 return done
 
-    async def cap_state(self, since: datetime, user_id: str, group: str | None, now: datetime) -> CapState:
-        """Today's tokens (since ``since``) and the turns in flight, of ``user_id``, ``group`` and the bot."""
-        return await self.store.run(_cap_state, since, user_id, group, now - FLIGHT_TTL)
+    async def cap_state(self, since: datetime, user_id: str, group: str | None, now: datetime,
+                        caps: frozenset[str] = frozenset({"user", "group", "bot"})) -> CapState:
+        """Today's tokens (since ``since``) of ``user_id``, ``group`` and the bot, for the ``caps`` in force (0
+        for the others), and the turns in flight."""
+        return await self.store.run(_cap_state, since, user_id, group, now - FLIGHT_TTL, caps)
 
     async def begin_flight(self, user_id: str, group: str | None, tokens: int, at: datetime) -> int:
         """Note a turn running now that is expected to spend ``tokens``; its id, for :meth:`end_flight`."""

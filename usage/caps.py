@@ -7,7 +7,7 @@ the speaker gets one sentence naming the cap and when it resets. Admins are exem
 
 The check reads what is recorded in the database, and every model call is recorded as it is answered (not
 at the end of its turn). A turn that runs is noted in ``usage_flights`` with what it is expected to spend
-(the most one of this process's recent turns spent, or today's average reply call), and the checks count
+(the most one of this process's recent turns spent, or the average of the last reply calls), and the checks count
 those too: processes sharing a database see each other's turns before their tokens are recorded. Checks
 are one at a time in a process, so two of its turns never both take the last room under a cap; two
 processes checking at the same moment can, so a cap is overrun by at most about one turn per process.
@@ -149,7 +149,7 @@ class UsageCaps:
         cfg = self.config()
         zone = cfg.zone()
         start, _ = day_bounds(now, zone)
-        state = await self.usage.cap_state(start, speaker, group, now)
+        state = await self.usage.cap_state(start, speaker, group, now, frozenset(name for name, _ in caps))
         expected = max(max(self._recent, default=0), state.per_reply_call)
         if is_admin:  # exempt, but in flight: an admin's turn spends the bot's budget too
             return ALLOWED, expected

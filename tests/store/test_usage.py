@@ -34,12 +34,15 @@ async def test_sums_by_speaker_chat_group_and_bot(store: ConversationStore) -> N
         row(since - timedelta(seconds=1), "telegram:1", "telegram:1", prompt=5000),  # before the period
         row(NOW, "telegram:group:a_b%", "telegram:4", prompt=4, completion=0),  # LIKE's wildcards are text
         row(NOW, "telegram:group:axb%:9", "telegram:4", prompt=40, completion=0),
+        row(NOW, "wechat:group:Team:1", "wechat:1", prompt=8, completion=0),  # WeChat names: case matters
+        row(NOW, "wechat:group:team:2", "wechat:2", prompt=16, completion=0),
     ])
+    assert await usage.tokens_since(since, Who(group="wechat:group:team")) == 16
     assert await usage.tokens_since(since, Who(user_id="telegram:1")) == 110 + 1000 + 10
     assert await usage.tokens_since(since, Who(group="telegram:group:-5")) == 110 + 220 + 1
     assert await usage.tokens_since(since, Who(group="telegram:group:a_b%")) == 4
     assert await usage.tokens_since(since, Who(session_id="telegram:1")) == 10
-    assert await usage.tokens_since(since) == 110 + 220 + 1 + 1000 + 10 + 4 + 40
+    assert await usage.tokens_since(since) == 110 + 220 + 1 + 1000 + 10 + 4 + 40 + 8 + 16
 
 
 async def test_the_consoles_days_in_the_zone(store: ConversationStore) -> None:
