@@ -111,7 +111,7 @@ async def test_the_group_cap_counts_every_member_session_of_the_group(tmp_path, 
 
 
 async def test_the_bot_cap_refuses_everyone_but_admins(tmp_path, server, db_url):
-    with time_machine.travel(EVENING, tick=False):
+    with time_machine.travel(EVENING, tick=False) as traveller:
         async with capped_bot(tmp_path, server, db_url, usage_cap_daily_tokens=150,
                               admin_users=["telegram:900"]) as bot:
             server.enqueue_text("Hello.", usage=U160)
@@ -122,6 +122,9 @@ async def test_the_bot_cap_refuses_everyone_but_admins(tmp_path, server, db_url)
             server.enqueue_text("From the terminal.")
             assert await bot.say("hi", terminal=True) == "From the terminal."  # the terminal's user is an admin
             assert len(server.requests) == 3
+            traveller.move_to(AFTER_MIDNIGHT)
+            server.enqueue_text("Morning, Bob.")
+            assert await bot.say("hi", chat_id="200", user_id="200", user_name="Bob") == "Morning, Bob."
 
 
 async def test_admins_are_exempt_from_the_person_cap(tmp_path, server, db_url):
