@@ -54,7 +54,10 @@ from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import install as install_plugins
 from store.conversations import ConversationStore
 from store.locks import locks_for
+from store.usage import UsageStore
 from summaries.summarizer import Summarizer
+from usage.caps import UsageCaps
+from usage.recorder import UsageRecorder
 
 if TYPE_CHECKING:
     from store.retention import CleanupJob
@@ -71,13 +74,13 @@ PLUGIN_GRACE_SECONDS = 10.0
 ORPHAN_SCAN_SECONDS = 30.0
 
 
-def build_llm(cfg: Config):
-    """The model client, or a stand-in that explains how to configure one."""
+def build_llm(cfg: Config, usage: UsageRecorder | None = None):
+    """The model client, or a stand-in that explains how to configure one; ``usage`` records each call."""
     if not cfg.model_configured:
         return UnconfiguredLLM()
     return OpenAILLM(api_key=cfg.open_ai_api_key, base_url=cfg.open_ai_api_base, model=cfg.model,
                      azure_api_version=cfg.azure_api_version, max_output_tokens=cfg.agent_max_output_tokens,
-                     max_parallel=cfg.model_max_parallel)
+                     max_parallel=cfg.model_max_parallel, usage=usage)
 
 
 async def discover_window(services: Services, model: str) -> None:
@@ -171,13 +174,15 @@ class App:
         await store.open()
         # PostgreSQL coordinates several processes (DESIGN §10); on SQLite this process is alone.
         locks = locks_for(cfg.database_url())
-        llm = build_llm(cfg)
+        counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
+        usage = UsageStore(store)  # every model call's tokens (DESIGN §12)
+        recorder = UsageRecorder(usage, counters)
+        llm = build_llm(cfg, recorder)
         tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
         written = MemoryWritten()  # what is written to memory reaches the plugins' memory_written (indexers)
         daily = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
         people = PersonNotes(daily.root / PEOPLE_DIR)  # person notes: kept out of the index, read by the prompt
         live = LiveSessions()  # the loaded contexts: the session manager fills it, the summariser injects into it
-        counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
         windows = ModelWindows(holder)  # the models' windows (configured, asked of the server, the table)
         summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=live, daily=daily, locks=locks,
                                 on_written=written.notify, counter=counters, window=windows)
@@ -189,13 +194,14 @@ class App:
         await admins.load()
         services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
                             commands=CommandRegistry(), admins=admins, locks=locks, memory=daily,
-                            people=people, summarizer=summarizer)
+                            people=people, summarizer=summarizer, usage=usage, usage_recorder=recorder,
+                            caps=UsageCaps(usage, holder))
         # plugins: commands, tools and message hooks; config.json edits apply live
         plugins = install_plugins(services)
         written.subscribe(plugins.memory_written)
         self.dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions,
                                      commands=services.commands, services=services, locks=locks, admins=admins,
-                                     hooks=plugins)
+                                     hooks=plugins, caps=services.caps)
         self.leadership = Leadership(locks)
         # Started after "ready"; it reads the file's digest now, so an edit made in between is still seen.
         self.config_watcher = ConfigWatcher(holder, self.config_path)
@@ -296,7 +302,7 @@ class App:
         from media.files import sweep_media
 
         data_dir = services.config().data_path()
-        cleanup = self.cleanup = CleanupJob(services.store, services.config,
+        cleanup = self.cleanup = CleanupJob(services.store, services.config, usage=services.usage,
                                             sweep_media=lambda: sweep_media(services.store, data_dir))
         # The cleanup runs once across processes: on the leader (on SQLite, this process from the start).
         leadership.on_elected.append(_as_async(cleanup.start))

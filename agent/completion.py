@@ -117,10 +117,25 @@ def make_response(content: Any, reasoning: Any, calls: list[ToolCall], usage: An
                        reasoning_content=reasoning_text)
 
 
+def _count(value: Any) -> int:
+    """A token count from a usage field: a non-negative int, 0 for anything else."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def _usage(raw: Any) -> Usage:
-    if isinstance(raw, dict):
-        return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0))
-    return Usage()
+    """The answer's ``usage``: cached prompt tokens from ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM,
+    llama.cpp), or ``prompt_cache_hit_tokens`` (DeepSeek)."""
+    if not isinstance(raw, dict):
+        return Usage()
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = raw.get("prompt_cache_hit_tokens")
+    prompt = _count(raw.get("prompt_tokens"))
+    return Usage(prompt, _count(raw.get("completion_tokens")), min(prompt, _count(cached)))
 
 
 def parse_completion(data: Any, *, model: str | None = None) -> LLMResponse:
@@ -246,6 +261,10 @@ class StreamAssembler:
             call["arguments"] = args
         elif isinstance(args, str):
             call["arguments"] += args
+
+    def result_usage(self) -> Usage:
+        """The usage the stream reported so far (zeros when none)."""
+        return _usage(self.usage)
 
     def result(self) -> LLMResponse:
         """The whole answer."""

@@ -18,6 +18,12 @@ an empty 200 stream) raises :class:`StreamCutError`, a transient error, so it is
 streams (or at once after an empty one: llama-cpp-python answers a streamed request over its window so) it is
 asked once without streaming, where the server's real error, an overflow say, comes back over HTTP. Requests
 to the endpoint hold one of its slots (:mod:`agent.slots`, ``model_max_parallel``).
+
+Every answer's usage goes to the client's :class:`~core.usage.UsageSink` (DESIGN §12): one record per HTTP
+answer, each tool round and each retried try that got one, and a cut stream whose usage chunk had come. A
+streamed request asks for usage with ``stream_options.include_usage``; an endpoint that refuses the field
+(400 or 422: Ollama's older versions, Mistral, Groq, Azure's older API versions, LM Studio) is asked again
+without it, and from then on never gets it (its usage is then counted with the tokenizer).
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ from core.errors import (
     ToolsUnsupportedError,
     TransientLLMError,
 )
-from core.llm import LLMResponse, TextCallback
+from core.llm import LLMResponse, TextCallback, Usage
 from core.retry import MODEL_CALL, RetryPolicy
+from core.usage import UsageSink
 
 if TYPE_CHECKING:
     import openai
@@ -88,6 +95,7 @@ class OpenAILLM:
         deadline: float | None = MODEL_CALL.deadline,
         http_client: Any = None,
         max_parallel: int = 0,
+        usage: UsageSink | None = None,
     ) -> None:
         self.model = model
         self.api_key = api_key
@@ -101,8 +109,10 @@ class OpenAILLM:
         self._client: openai.AsyncOpenAI | None = None
         #: models whose server refused tools: their requests go without tools from then on
         self.no_tools: set[str] = set()
-        #: models whose server refused ``stream_options``
-        self._no_stream_options: set[str] = set()
+        #: True once the endpoint refused ``stream_options``: streams then go without it
+        self.no_stream_options = False
+        #: where each answer's usage goes (DESIGN §12); None records nothing
+        self.usage = usage
         self._options: dict[str, Any] = {}
         #: requests in flight at once (``model_max_parallel``; 0: one for a local endpoint, else unlimited)
         self.max_parallel = automatic_parallel(self.base_url, max_parallel)
@@ -180,7 +190,7 @@ class OpenAILLM:
         model = model or self.model
         body = self._body(messages, tools, model, temperature, max_tokens)
         body["stream"] = True
-        if model not in self._no_stream_options:
+        if not self.no_stream_options:
             body["stream_options"] = {"include_usage": True}
         shown: list[str] = []
 
@@ -208,21 +218,34 @@ class OpenAILLM:
                 cuts = STREAM_FAILURES_BEFORE_PLAIN if exc.code == "empty_stream" else cuts + 1
                 raise
 
+        refused: OtherLLMError | None = None  # the error of the request with stream_options, while asked without
         while True:
             try:
-                return await self.retry.call(attempt, before_sleep=_log_retry,
-                                             retry_on=lambda exc: _transient(exc) and not shown)
+                response = await self.retry.call(attempt, before_sleep=_log_retry,
+                                                 retry_on=lambda exc: _transient(exc) and not shown)
             except ToolsUnsupportedError:
                 if "tools" not in body:
                     raise
                 self._drop_tools(model)
                 body.pop("tools")
+                continue
             except OtherLLMError as exc:
-                if "stream_options" not in body or "stream_options" not in str(exc):
+                if refused is not None:  # refused without the field too: it was not the field
                     raise
-                logger.warning("the server for model %s refuses stream_options; streaming without usage", model)
-                self._no_stream_options.add(model)
+                # 400 or 422, and not always naming the field ("Extra inputs are not permitted"): asked once
+                # more without it; only when that is answered is the endpoint known to refuse it.
+                if "stream_options" not in body or exc.status not in (400, 422) or shown:
+                    raise
+                logger.warning("model %s: the request with stream_options was refused (%s); asking without",
+                               model, exc)
+                refused = exc
                 body.pop("stream_options")
+                continue
+            if refused is not None and not self.no_stream_options:
+                logger.warning("the endpoint %s refuses stream_options: streaming without the server's usage from "
+                               "now on (counted with the tokenizer)", self.base_url)
+                self.no_stream_options = True
+            return response
 
     def _drop_tools(self, model: str) -> None:
         if model not in self.no_tools:
@@ -238,7 +261,19 @@ class OpenAILLM:
         client = self._open()
         async with self._slot(), _sdk_errors(model):
             data = await client.post("/chat/completions", cast_to=object, body=body, options=self._options)
-        return parse_completion(data, model=model)
+        response = parse_completion(data, model=model)
+        await self._record(body, model, response.usage, response)
+        return response
+
+    async def _record(self, body: dict[str, Any], model: str, usage: Usage, response: LLMResponse | None) -> None:
+        """Hand one answer's usage to the sink (with what it needs to count it when the server said nothing)."""
+        if self.usage is None:
+            return
+        answer = ""
+        if response is not None:
+            answer = "".join((response.content or "", response.reasoning_content or "",
+                              *(call.name + call.arguments for call in response.tool_calls)))
+        await self.usage.model_call(model, usage, body["messages"], body.get("tools"), answer)
 
     async def _stream_once(self, body: dict[str, Any], model: str, on_text: TextCallback) -> LLMResponse:
         import openai
@@ -252,6 +287,7 @@ class OpenAILLM:
             try:
                 if "json" in events.response.headers.get("content-type", ""):  # a 200 whose body is an error
                     whole = parse_completion(await events.response.aread(), model=model)
+                    await self._record(body, model, whole.usage, whole)
                     if whole.content:
                         await on_text(whole.content)
                     return whole
@@ -260,16 +296,24 @@ class OpenAILLM:
                     shown = assembler.add(chunk)
                     if shown:
                         await on_text(shown)
+            except Exception:
+                if assembler.usage is not None:  # a stream cut after its usage came: the tokens were spent
+                    await self._record(body, model, assembler.result_usage(), None)
+                raise
             finally:
                 await events.close()
         if assembler.finish_reason is None:
+            if assembler.usage is not None:  # cut after its usage came: the tokens were spent
+                await self._record(body, model, assembler.result_usage(), None)
             if not chunks:
                 raise StreamCutError("the model's stream was empty (no data, no [DONE])", code="empty_stream")
             raise StreamCutError(f"the model's stream ended without a finish reason after {chunks} chunk(s)")
         tail = assembler.think.flush()
         if tail:
             await on_text(tail)
-        return assembler.result()
+        response = assembler.result()
+        await self._record(body, model, response.usage, response)
+        return response
 
     async def transcribe(self, audio: bytes, *, filename: str, model: str) -> str:
         """The text of a voice message: ``POST /audio/transcriptions`` (multipart, as OpenAI's) with ``model``.
@@ -284,7 +328,13 @@ class OpenAILLM:
             async with self._slot(), _sdk_errors(model):
                 result = await client.audio.transcriptions.create(
                     file=(filename, audio, "audio/ogg"), model=model, extra_headers=headers)
-            return (result.text or "").strip()
+            text = (result.text or "").strip()
+            if self.usage is not None:  # tokens when the model bills by token; else the transcript's count
+                billed = result.usage
+                usage = Usage(billed.input_tokens, billed.output_tokens) if billed is not None and \
+                    billed.type == "tokens" else Usage()
+                await self.usage.model_call(model, usage, [], None, text)
+            return text
 
         return await self.retry.call(once, retry_on=_transient, before_sleep=_log_retry)
 

@@ -44,6 +44,7 @@ from agent.window import ModelWindows
 from core.errors import ContextOverflowError, ImagesUnsupportedError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse, StreamingLLM
 from core.turns import Turn
+from core.usage import usage_scope
 from memory.person import prompt_person
 from store.conversations import ConversationStore
 
@@ -127,6 +128,8 @@ class AnswerSink(Protocol):
 
 #: The running turn's sink: set by :meth:`Agent.run_turn` for its own task, read by each model call.
 _ANSWER_SINK: ContextVar[AnswerSink | None] = ContextVar("answer_sink", default=None)
+#: The model of the running turn when it is not the configured one (``usage_fallback_model`` over a cap).
+_TURN_MODEL: ContextVar[str | None] = ContextVar("turn_model", default=None)
 #: The running model call's deadline (and its turn), moved on while text streams (:meth:`Agent._not_silent`).
 _DEADLINE: ContextVar[tuple[asyncio.Timeout, TurnResult] | None] = ContextVar("model_call_deadline", default=None)
 #: The running turn's images (agent/images.py): whether its photo is sent, and whether the server refused it.
@@ -192,6 +195,10 @@ class Agent:
         self._tool_tokens: dict[str, int] = {}
 
     # --- helpers -------------------------------------------------------------------------
+    def model(self) -> str:
+        """The model of the running turn: the configured one, or the one :meth:`run_turn` was given."""
+        return _TURN_MODEL.get() or self.config().model
+
     def system_prompt(self, state: SessionState) -> str:
         """The persona plus the session's long-term notes (MEMORY.md) and, in a private chat or a per-member group
         session, its owner's person notes (PERSON.md), never in a shared group session (DESIGN §1.6). The same
@@ -212,7 +219,7 @@ class Agent:
     def budget(self, state: SessionState, system_prompt: str) -> Budget:
         """The turn and token budgets for the history of this request."""
         cfg = self.config()
-        window = self.windows(cfg.model)
+        window = self.windows(self.model())
         # The tools' schemas go with every request: on a small window they are a large share of it.
         reserved = self._reserved(state, system_prompt) + self._tools_tokens(self.tools.schemas() or None)
         return Budget(max_turns=cfg.agent_max_context_turns,
@@ -220,15 +227,15 @@ class Agent:
 
     def _reserved(self, state: SessionState, system_prompt: str) -> int:
         """Tokens of the system prompt and the injected summary."""
-        cfg = self.config()
-        counter = self.counter(cfg.model)
-        reserved = self._prompt_tokens.get((cfg.model, system_prompt))
+        model = self.model()
+        counter = self.counter(model)
+        reserved = self._prompt_tokens.get((model, system_prompt))
         if reserved is None:
             # The persona is the same for every session (MEMORY.md aside): count it once per model.
             reserved = counter.count_text(system_prompt)
             if len(self._prompt_tokens) >= 256:
                 self._prompt_tokens.clear()
-            self._prompt_tokens[(cfg.model, system_prompt)] = reserved
+            self._prompt_tokens[(model, system_prompt)] = reserved
         if state.summary:
             reserved += counter.count_text(state.summary) + 40
         return reserved
@@ -241,13 +248,13 @@ class Agent:
         """``max_tokens`` for this request: ``agent_max_output_tokens``, never more than the window left."""
         cfg = self.config()
         request = self._request_tokens(state, system, history_tokens, tools)
-        return output_cap(cfg.agent_max_output_tokens, self.windows(cfg.model), request)
+        return output_cap(cfg.agent_max_output_tokens, self.windows(self.model()), request)
 
     def _tools_tokens(self, tools: list[dict[str, Any]] | None) -> int:
         """Tokens of the tools' schemas in a request (counted once per model)."""
         if not tools:
             return 0
-        model = self.config().model
+        model = self.model()
         tokens = self._tool_tokens.get(model)
         if tokens is None:
             tokens = self._tool_tokens[model] = self.counter(model).count_text(json.dumps(tools))
@@ -280,21 +287,24 @@ class Agent:
         state.append(seq, message)
 
     async def run_turn(self, state: SessionState, sink: AnswerSink | None = None,
-                       final: FinalAnswer | None = None) -> TurnResult:
+                       final: FinalAnswer | None = None, model: str | None = None) -> TurnResult:
         """Run the tool loop for the newest user message in ``state`` and return the final answer.
 
         With a ``sink``, model calls stream their visible text into it (when the client can stream). The
         first turn after a restore first waits (briefly) for the summary of the turns it skipped. With
         ``final``, the final answer is stored by that callback (the dispatcher keeps the reply for its outbox
-        in the same transaction); without, the agent stores it like any other message.
+        in the same transaction); without, the agent stores it like any other message. ``model`` runs the turn
+        on another model than the configured one (``usage_fallback_model`` when a cap is reached).
         """
         token = _ANSWER_SINK.set(sink)
-        model = self.config().model
+        model_token = _TURN_MODEL.set(model)
+        model = self.model()
         images = ImageTurn(send=self.vision.allows(model))
         image_token = _IMAGES.set(images)
         try:
             result = await self._run_turn(state, final)
         finally:
+            _TURN_MODEL.reset(model_token)
             _ANSWER_SINK.reset(token)
             _IMAGES.reset(image_token)
         # DESIGN §5.1: the turn's photo becomes words before any later request, summary or restart sees it.
@@ -382,7 +392,7 @@ class Agent:
         cfg = self.config()
         system = self.system_prompt(state)
         budget = self.budget(state, system)
-        prepared = prepare_context(state.messages, budget, self.counter(cfg.model))
+        prepared = prepare_context(state.messages, budget, self.counter(self.model()))
         if prepared.dropped and cfg.memory_flush:
             with urgent():  # part of the reply's turn: it must not wait for the reply to come
                 await self._flush(state, prepared, system)
@@ -390,22 +400,22 @@ class Agent:
         result.actions.extend(prepared.actions)
         # The group's background gets what the turns leave of the budget: it yields first (DESIGN §1.3).
         background, background_tokens = fit_background(state.background, budget.max_tokens - prepared.tokens,
-                                                        self.counter(cfg.model))
+                                                        self.counter(self.model()))
         cap = self._answer_cap(state, system, prepared.tokens + background_tokens, tools)
         try:
             return await self._in_time(result, self._complete(
-                self._render(state, system, final, background), tools=tools, model=cfg.model, max_tokens=cap))
+                self._render(state, system, final, background), tools=tools, model=self.model(), max_tokens=cap))
         except ContextOverflowError as exc:
             logger.warning("session %s: the model rejected the context as too long: %s", state.session_id, exc)
             sent = self._request_tokens(state, system, prepared.tokens + background_tokens, tools)
-            learned = self.windows.learn_from_error(cfg.model, str(exc), sent)
+            learned = self.windows.learn_from_error(self.model(), str(exc), sent)
         # DESIGN §2.3: save everything in context to memory, then trim harder, stage by stage.
         if state.messages:
             first = next((m.seq for m in state.messages if m.seq), 0)
             last = max((m.seq for m in state.messages), default=0)
             if first and last:
                 await self.sink.submit(state.session_id, "overflow", first, last)
-        counter = self.counter(cfg.model)
+        counter = self.counter(self.model())
         if learned:  # the error named the real window (or count): fit the context to it first (2.1 cuts a long text)
             budget = dataclasses.replace(self.budget(state, system), min_user_chars=OVERFLOW_MIN_USER_CHARS)
             fitted = prepare_context(state.messages, budget, counter)
@@ -414,10 +424,10 @@ class Agent:
             cap = self._answer_cap(state, system, fitted.tokens, tools)
             try:
                 return await self._in_time(result, self._complete(
-                    self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
+                    self._render(state, system, final), tools=tools, model=self.model(), max_tokens=cap))
             except ContextOverflowError as exc:
                 logger.warning("session %s: still too long within the window the server named", state.session_id)
-                self.windows.learn_from_error(cfg.model, str(exc), self._request_tokens(
+                self.windows.learn_from_error(self.model(), str(exc), self._request_tokens(
                     state, system, fitted.tokens, tools))
         for keep in OVERFLOW_STAGES:
             trimmed = overflow_trim(state.messages, keep, counter)
@@ -426,10 +436,10 @@ class Agent:
             cap = self._answer_cap(state, system, trimmed.tokens, tools)
             try:
                 return await self._in_time(result, self._complete(
-                    self._render(state, system, final), tools=tools, model=cfg.model, max_tokens=cap))
+                    self._render(state, system, final), tools=tools, model=self.model(), max_tokens=cap))
             except ContextOverflowError as exc:
                 logger.warning("session %s: still too long with %d turn(s)", state.session_id, keep)
-                self.windows.learn_from_error(cfg.model, str(exc), self._request_tokens(
+                self.windows.learn_from_error(self.model(), str(exc), self._request_tokens(
                     state, system, trimmed.tokens, tools))
         await self.clear(state)
         return None
@@ -447,8 +457,9 @@ class Agent:
         async def write_note(text: str) -> str:
             return await write.call(ctx, {"text": text})
 
-        await flush_before_trim(self.llm, [m.message for turn in prepared.dropped for m in turn.messages],
-                                write_note, model=cfg.model, system=system, session_id=state.session_id)
+        with usage_scope(purpose="flush"):  # counted apart from the reply (DESIGN §1.7)
+            await flush_before_trim(self.llm, [m.message for turn in prepared.dropped for m in turn.messages],
+                                    write_note, model=self.model(), system=system, session_id=state.session_id)
 
     async def _in_time(self, result: TurnResult, call: Any) -> Any:
         """Await a model call within what is left of the turn's deadline; past it, a transient error.

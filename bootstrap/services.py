@@ -26,7 +26,10 @@ if TYPE_CHECKING:  # the parts' modules import each other's packages; the types 
     from plugins.manager import PluginManager
     from store.conversations import ConversationStore
     from store.locks import Locks
+    from store.usage import UsageStore
     from summaries.summarizer import Summarizer
+    from usage.caps import UsageCaps
+    from usage.recorder import UsageRecorder
 
 
 @dataclass(eq=False)
@@ -52,3 +55,9 @@ class Services:
     plugins: PluginManager | None = None
     #: the semantic memory index, made by the ``memory_index`` plugin (None while it is off)
     memory_search: MemorySearch | None = None
+    #: the ``usage`` table (DESIGN §12); None in tests that run without it
+    usage: UsageStore | None = None
+    #: records model calls made outside the chat-completions client (transcriptions, image descriptions)
+    usage_recorder: UsageRecorder | None = None
+    #: the daily caps
+    caps: UsageCaps | None = None

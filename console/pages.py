@@ -1,4 +1,4 @@
-"""The status page, login and logout, and the pages that arrive with later work (usage, reminders, WeChat QR)."""
+"""The status page, login and logout, and the pages that arrive with later work (reminders, WeChat QR)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/login", login_form)
     router.add_post("/login", login)
     router.add_post("/logout", logout)
-    router.add_get("/usage", usage_page)
     router.add_get("/reminders", reminders_page)
     router.add_get("/weixin", weixin_page)
 
@@ -104,14 +103,6 @@ async def status_page(request: web.Request) -> web.StreamResponse:
 
 
 # --- pages of later work ------------------------------------------------------------------------------
-async def usage_page(request: web.Request) -> web.StreamResponse:
-    """Usage per day, model and chat: arrives with token accounting (the usage issue)."""
-    return console_of(request).render(
-        request, "placeholder.html", title="Usage",
-        message="Token usage per day, per model and per chat, with the caps, arrives here together with "
-                "usage accounting and caps (/usage). Until then the bot does not record usage.")
-
-
 async def reminders_page(request: web.Request) -> web.StreamResponse:
     """Reminders: arrive with /remind (the reminders issue)."""
     return console_of(request).render(

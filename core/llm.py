@@ -30,10 +30,22 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage reported by the provider."""
+    """Token usage reported by the provider (all zero when it reported none)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: the part of ``prompt_tokens`` the server read from its prompt cache (``prompt_tokens_details``)
+    cached_tokens: int = 0
+
+    @property
+    def reported(self) -> bool:
+        """True when the server said anything (no real request has zero prompt tokens)."""
+        return bool(self.prompt_tokens or self.completion_tokens)
+
+    @property
+    def total(self) -> int:
+        """Prompt and completion tokens: what the caps count (cached tokens are part of the prompt's)."""
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True, slots=True)

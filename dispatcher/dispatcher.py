@@ -18,11 +18,12 @@ journal entries in order if no other process holds the session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agent.loop import Agent
@@ -55,6 +56,7 @@ from dispatcher.resume import pending_items
 from media.intake import MediaIntake
 from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
+from usage.caps import ALLOWED, Turn, UsageCaps, speaker_of
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class Dispatcher:
         admins: Admins | None = None,
         hooks: MessageHooks | None = None,
         media: MediaIntake | None = None,
+        caps: UsageCaps | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -89,6 +92,8 @@ class Dispatcher:
         self.media = media or MediaIntake(config, agent.llm, agent.vision)
         self.channels: dict[str, BaseChannel] = {}
         self.admins = admins or Admins(store, config, shared=self.locks.shared)
+        #: the daily usage caps, checked before each turn (None: no caps)
+        self.caps = caps
         self.queue = SessionQueue(self._process_queued, config().max_concurrent_turns)
         self.outbox = Outbox(store, self.channels, self.send)
         #: seconds before a turn without an answer gets the "still working" note
@@ -373,7 +378,7 @@ class Dispatcher:
                                                              streamed))
                     reply, tool_calls, outcome = await run_agent(
                         item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
-                        sink=streamed)
+                        sink=streamed, gate=self._capped if self.caps is not None else None)
                     if item.media_before and reply:
                         reply = f"{item.media_before}\n\n{reply}"
             self.queue.turn_finished(item)
@@ -399,6 +404,18 @@ class Dispatcher:
             return prepared.reply
         item.text, item.media, item.media_before = prepared.text, prepared.keys, prepared.before
         return None
+
+    @contextlib.asynccontextmanager
+    async def _capped(self, item: WorkItem) -> AsyncIterator[Turn]:
+        """Around the item's turn: the usage caps' decision (DESIGN §12; admins exempt), and the turn in flight."""
+        caps = self.caps
+        if caps is None or not caps.caps():
+            yield Turn(ALLOWED)
+            return
+        msg = item.message
+        async with caps.turn(speaker_of(msg.channel, msg.user_id), item.info,
+                             is_admin=await self.admins.is_admin_now(msg)) as turn:
+            yield turn
 
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
         """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""

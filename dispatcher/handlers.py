@@ -7,17 +7,21 @@ a second model call; otherwise its context is cut back to its own user message a
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
 from channels.base import BaseChannel
+from core.usage import usage_scope
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
 from store.conversations import ConversationStore
+from usage.caps import ALLOWED, Turn, speaker_of
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +43,19 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
     return await command.handler(request)
 
 
+#: ``gate(item)``: around the item's turn, whether it may run and on which model (the usage caps, usage/caps.py).
+CapGate = Callable[[WorkItem], AbstractAsyncContextManager[Turn]]
+
+
 async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: ConversationStore,
-                    hooks: MessageHooks, sink: AnswerSink | None = None) -> tuple[str, int, str]:
+                    hooks: MessageHooks, sink: AnswerSink | None = None,
+                    gate: CapGate | None = None) -> tuple[str, int, str]:
     """Run the agent's turn for the item on its session's lock; return the answer, its tool calls and what the
     user got (``ok``, or the notice: ``empty``, ``cut …``, for the log line).
 
-    With a ``sink`` the answer streams into it as the model writes it (a stored answer does not).
+    With a ``sink`` the answer streams into it as the model writes it (a stored answer does not). With a
+    ``gate``, a turn over a usage cap runs on the fallback model, or is answered with the gate's sentence: its
+    message stays stored, and it is not answered later (the sentence is its answer).
     """
     if item.skipped:
         return "", 0, "skipped"
@@ -65,12 +76,26 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
                 return answer, 0, "ok (stored answer)"
             if not state.cut_after(item.user_seq):
                 state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
-        state.set_background(await background_lines(store, item.message, agent.config()))
-        try:
-            result = await agent.run_turn(state, sink, final=_keeping_reply(store, item))
-        finally:
-            state.set_background([])
-    return result.text, result.tool_calls, result.outcome
+        async with (gate or _uncapped)(item) as turn:
+            decision = turn.decision
+            if decision.refusal is not None:
+                return decision.refusal, 0, f"refused (the {decision.cap} cap)"
+            state.set_background(await background_lines(store, item.message, agent.config()))
+            speaker = speaker_of(item.message.channel, item.message.user_id)
+            try:
+                with usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
+                    result = await agent.run_turn(state, sink, final=_keeping_reply(store, item),
+                                                  model=decision.model)
+            finally:
+                state.set_background([])
+    outcome = result.outcome if decision.model is None else f"{result.outcome} (on {decision.model}: the " \
+        f"{decision.cap} cap)"
+    return result.text, result.tool_calls, outcome
+
+
+@asynccontextmanager
+async def _uncapped(item: WorkItem) -> AsyncIterator[Turn]:
+    yield Turn(ALLOWED)
 
 
 async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:

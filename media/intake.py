@@ -23,8 +23,10 @@ from agent.images import Vision
 from core.errors import EndpointNotFoundError, ModelNotFoundError, TransientLLMError
 from core.llm import Transcriber
 from core.messages import IncomingMessage
+from core.usage import usage_scope
 from dispatcher.intake import speaker_text, with_reply
 from media.files import ImageError, image_executor, save_image
+from usage.caps import speaker_of
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,8 @@ class MediaIntake:
     async def prepare(self, msg: IncomingMessage, text: str, session_id: str, channel: Any) -> Prepared:
         """The photo or voice note ``msg`` (whose trigger text is ``text``) made ready for its turn."""
         if msg.content_type == "voice":
-            return await self._voice(msg, channel)
+            with usage_scope(session_id, speaker_of(msg.channel, msg.user_id), "transcribe"):
+                return await self._voice(msg, channel)
         return await self._photo(msg, text, session_id, channel)
 
     async def _download(self, msg: IncomingMessage, channel: Any) -> bytes | None:

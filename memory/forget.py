@@ -58,15 +58,14 @@ class ForgetReport:
         return "Deleted for good: " + ", ".join(parts) + "."
 
 
-#: Tables with a ``session_id`` column that ``/forget`` keeps: ``usage`` holds token counts, no words, and
-#: the daily caps are summed from it (forgetting a chat must not reset its speaker's cap).
-KEPT_TABLES = frozenset({"usage"})
+#: Tables with a ``session_id`` that outlive the session: the bill's record (DESIGN §12), token counts only; a
+#: /forget that took them would also undo the day's spending and so the caps.
+KEPT_TABLES = frozenset({"usage", "usage_daily"})
 
 
 def session_tables() -> list[Any]:
-    """Every table with a ``session_id`` column but :data:`KEPT_TABLES`, children first and ``sessions`` last."""
-    tables = [t for t in reversed(Base.metadata.sorted_tables)
-              if "session_id" in t.c and t.name not in KEPT_TABLES]
+    """Every table with a ``session_id`` column (but :data:`KEPT_TABLES`), children first and ``sessions`` last."""
+    tables = [t for t in reversed(Base.metadata.sorted_tables) if "session_id" in t.c and t.name not in KEPT_TABLES]
     return sorted(tables, key=lambda t: t.name == "sessions")  # stable: children keep their order
 
 

@@ -234,3 +234,35 @@ class UsageRow(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class UsageDailyRow(Base):
+    """The ``usage`` rows older than 400 days, summed per day in the configured zone (store/usage.py)."""
+
+    __tablename__ = "usage_daily"
+
+    #: the day, ``YYYY-MM-DD`` in the zone configured when the rows were summed
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    purpose: Mapped[str] = mapped_column(String(16), primary_key=True)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class UsageFlightRow(Base):
+    """A turn running now under the caps, with the tokens it is expected to spend (usage/caps.py)."""
+
+    __tablename__ = "usage_flights"
+    __table_args__ = (Index("ix_usage_flights_created_at", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: the speaker, ``<channel>:<user id>``
+    user_id: Mapped[str] = mapped_column(String(255))
+    #: the group chat, ``<channel>:group:<chat id>``, or "" for a private chat
+    group_id: Mapped[str] = mapped_column(String(255))
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

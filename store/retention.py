@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 
 from config.settings import Config
+from store.usage import UsageStore
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class CleanupStats:
     group_messages: int = 0
     #: image files of deleted sessions (media/files.py)
     images: int = 0
+    #: usage rows older than 400 days summed into usage_daily
+    usage_rows: int = 0
     batches: int = 0
     duration_ms: float = 0.0
 
@@ -61,8 +64,11 @@ class CleanupJob:
 
     def __init__(self, store: RetentionStore, config_provider: Callable[[], Config], *,
                  startup_delay: float = 5.0, batch_size: int = 20, max_messages: int = 1000,
-                 inbox_batch_size: int = 1000, sweep_media: Callable[[], Awaitable[int]] | None = None) -> None:
+                 inbox_batch_size: int = 1000, usage: UsageStore | None = None,
+                 sweep_media: Callable[[], Awaitable[int]] | None = None) -> None:
         self.store = store
+        #: usage rows older than 400 days are summed per day (store/usage.py); None: not done
+        self.usage = usage
         self.config_provider = config_provider
         self.startup_delay = startup_delay
         self.batch_size = batch_size
@@ -215,10 +221,14 @@ class CleanupJob:
                 images = await self.sweep_media()
             except Exception:  # noqa: BLE001 - the rows are gone; the folders are swept at the next run
                 logger.exception("Cleanup could not delete the image files of deleted sessions")
+        usage = 0
+        if self.usage is not None and not self._stopping:  # the bill's rows outlive the conversations: 400 days
+            usage = await self.usage.roll_up(self.config_provider().zone(), now)
         stats = CleanupStats(cutoff=cutoff, sessions=sessions, messages=messages, inbox=inbox, group_messages=group,
-                             images=images, batches=batches, duration_ms=(time.perf_counter() - started) * 1000)
+                             images=images, batches=batches, duration_ms=(time.perf_counter() - started) * 1000,
+                             usage_rows=usage)
         self.last_stats = stats
         logger.info("Cleanup removed %d sessions, %d messages, %d inbox rows, %d group background rows and %d "
-                    "image files older than %s in %.0f ms", sessions, messages, inbox, group, images,
-                    cutoff.isoformat(timespec="seconds"), stats.duration_ms)
+                    "image files older than %s, summed %d usage rows per day, in %.0f ms", sessions, messages,
+                    inbox, group, images, cutoff.isoformat(timespec="seconds"), usage, stats.duration_ms)
         return stats

@@ -45,6 +45,7 @@ from core.errors import AuthLLMError, ContextOverflowError, ModelNotFoundError, 
 from core.llm import BaseLLM
 from core.records import SessionRecord
 from core.retry import ONE_TRY, SUMMARY_CALL, RetryPolicy
+from core.usage import usage_scope
 from core.workers import KeyedWorkers
 from memory.daily import DailyMemory, OnWritten, notify_written
 from store.conversations import ConversationStore
@@ -328,7 +329,10 @@ class Summarizer:
             if job.reason == "clear" and record is not None:
                 await self._reset(job)
         else:
-            outcome = await self._summarise_job(job, record, [m.message for m in stored])
+            # Counted for the chat and the bot, no one person (nobody asked for it), and never refused by a cap
+            # (DESIGN §12). Set here: a worker task started inside a turn would otherwise carry that turn's scope.
+            with usage_scope(sid, "", "summary", tally=[0]):  # a tally of its own, not a turn's
+                outcome = await self._summarise_job(job, record, [m.message for m in stored])
         await self.store.finish_summary_job(job.id)
         logger.info("summary job %d session %s %s seqs %d-%d: %d turn%s, %s, %.0f ms", job.id, sid, job.reason,
                     stored[0].seq if stored else first, job.through_seq, outcome.turns,

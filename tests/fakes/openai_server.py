@@ -148,6 +148,11 @@ class FakeOpenAIServer(FakeService):
         self.transcriptions: list[dict[str, Any]] = []
         #: answers of the window-discovery endpoints by path (``/props``, ``/api/show``, ...); others get a 404
         self.discovery: dict[str, Any] = {}
+        #: False: answers carry no ``usage`` (some local servers), streamed or not
+        self.report_usage = True
+        #: when set (400 or 422), a request with ``stream_options`` gets that error, as Mistral, Groq, older
+        #: Ollama and Azure API versions answer it
+        self.refuse_stream_options: int | None = None
 
     # --- lifecycle (FakeService) ---------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -167,17 +172,18 @@ class FakeOpenAIServer(FakeService):
         return f"http://127.0.0.1:{self.port}/v1"
 
     # --- scripting ---------------------------------------------------------------------------
-    def enqueue_text(self, text: str) -> None:
-        """Answer the next request with ``text``."""
-        self._push({"content": text})
+    def enqueue_text(self, text: str, usage: dict[str, Any] | None = None) -> None:
+        """Answer the next request with ``text`` (and this ``usage`` instead of the fake's count)."""
+        self._push({"content": text, **({"usage": usage} if usage is not None else {})})
 
-    def enqueue_tool_calls(self, calls: Iterable[tuple[str, str]], content: str | None = None) -> None:
+    def enqueue_tool_calls(self, calls: Iterable[tuple[str, str]], content: str | None = None,
+                           usage: dict[str, Any] | None = None) -> None:
         """Answer the next request with tool calls: ``[(name, arguments_json), ...]``."""
         tool_calls = [
             {"id": f"call_{next(self._ids)}", "type": "function", "function": {"name": name, "arguments": args}}
             for name, args in calls
         ]
-        self._push({"content": content, "tool_calls": tool_calls})
+        self._push({"content": content, "tool_calls": tool_calls, **({"usage": usage} if usage is not None else {})})
 
     def enqueue_stream(self, text: str, *, first_delay: float = 0.0, delay: float = 0.0, piece: int = 8,
                        break_after: int | None = None, tool_calls: Iterable[tuple[str, str]] = (),
@@ -291,6 +297,13 @@ class FakeOpenAIServer(FakeService):
         if self.refuse_images and has_image_part(body):
             status, payload = IMAGE_REFUSALS[self.refuse_images]
             return _Error(status, payload)
+        if self.refuse_stream_options and "stream_options" in body:
+            status = self.refuse_stream_options
+            if status == 422:  # Mistral's words: the field is named in "loc" only
+                return _Error(422, {"object": "error", "message": {"detail": [{
+                    "type": "extra_forbidden", "loc": ["body", "stream_options", "include_usage"],
+                    "msg": "Extra inputs are not permitted", "input": True}]}, "type": "invalid_request_error"})
+            return _Error(status, error_payload(status, "Unrecognized request argument supplied: stream_options"))
         if self.max_prompt_chars is not None and prompt_chars(body) > self.max_prompt_chars:
             return _Error(400, error_payload(
                 400,
@@ -327,7 +340,9 @@ class FakeOpenAIServer(FakeService):
         content = message.get("content")
         completion = len(content or "") + sum(len(c["function"]["arguments"]) for c in tool_calls or [])
         prompt = max(1, prompt_chars(body) // 4)
-        return {
+        usage = message.get("usage") or {"prompt_tokens": prompt, "completion_tokens": max(1, completion // 4),
+                                          "total_tokens": prompt + max(1, completion // 4)}
+        answer = {
             "id": f"chatcmpl-fake{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -340,9 +355,10 @@ class FakeOpenAIServer(FakeService):
                 "finish_reason": message.get("finish_reason") or ("tool_calls" if tool_calls else "stop"),
                 "logprobs": None,
             }],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": max(1, completion // 4),
-                      "total_tokens": prompt + max(1, completion // 4)},
         }
+        if self.report_usage:
+            answer["usage"] = usage
+        return answer
 
     def _sleep(self) -> None:
         if self.latency > 0:
@@ -502,7 +518,7 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             chunks = stream_chunks(response)
-            if include_usage:
+            if include_usage and response.get("usage"):
                 chunks.append({**{k: chunks[0][k] for k in ("id", "object", "created", "model")},
                                "choices": [], "usage": response.get("usage")})
             events = [b"data: " + json.dumps(item).encode() + b"\n\n" for item in chunks] + [b"data: [DONE]\n\n"]
@@ -522,7 +538,7 @@ def _make_handler(fake: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                                                          "finish_reason": None, "logprobs": None}]}
             if options["error"] is not None:
                 chunks[-1] = {"error": options["error"]}
-            if include_usage and options["finish"] and options["error"] is None:
+            if include_usage and options["finish"] and options["error"] is None and response.get("usage"):
                 chunks.append({**{k: chunks[0][k] for k in ("id", "object", "created", "model")},
                                "choices": [], "usage": response.get("usage")})
             events = [b"data: " + json.dumps(item).encode() + b"\n\n" for item in chunks] + [b"data: [DONE]\n\n"]

@@ -14,13 +14,16 @@ from sqlalchemy import text
 from agent.llm import OpenAILLM
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
+from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
 from channels.telegram.channel import TelegramChannel
 from config.settings import Config, ConfigHolder
 from dispatcher.dispatcher import Dispatcher
 from store.conversations import ConversationStore
+from store.usage import UsageStore
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
+from usage.recorder import UsageRecorder
 
 
 def jpeg(width: int = 2000, height: int = 1500, color: str = "red") -> bytes:
@@ -64,6 +67,7 @@ class MediaBot:
         await self.store.open()
         cfg = self.config()
         self.llm = OpenAILLM(api_key="k", base_url=cfg.open_ai_api_base, model=cfg.model, retry_base_delay=0.01)
+        self.llm.usage = UsageRecorder(UsageStore(self.store), TokenCounters())  # as app.py wires it
         sink = LoggingDropSink()
         self.sessions = SessionManager(self.store, self.config, sink)
         self.agent = Agent(llm=self.llm, tools=ToolRegistry(), store=self.store, config=self.config, sink=sink)

@@ -9,8 +9,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from agent.images import NOT_SEEN, REFUSED_NOTE
+from agent.tokens import TokenCounter
 from media.files import MAX_PIXELS, session_media_files
 from media.intake import NO_VISION_ALONE, NO_VISION_CAPTION_NOTE, PHOTO_FAILED, VOICE_FAILED, VOICE_OFF
 from memory.daily import DailyMemory
@@ -127,6 +129,14 @@ async def test_a_voice_note_becomes_a_stored_text_message_and_an_answer(api, srv
         stored = await bot.stored("telegram:45")
         assert stored[0] == {"role": "user", "content": "remind me what we said about the trip", "voice": True}
         assert "voice" not in srv.requests[0]["messages"][-1]
+        # the transcription is on the bill (DESIGN 1.7): whisper-1 reports seconds, not tokens, so the
+        # transcript's tokens are counted; the reply beside it
+        rows = await bot.store.run(lambda conn: conn.execute(text(
+            "SELECT session_id, user_id, model, purpose, prompt_tokens, completion_tokens FROM usage ORDER BY id"
+        )).all())
+        heard = TokenCounter("whisper-1").count_text("remind me what we said about the trip")
+        assert [tuple(r) for r in rows][0] == ("telegram:45", "telegram:45", "whisper-1", "transcribe", 0, heard)
+        assert [r.purpose for r in rows] == ["transcribe", "reply"]
 
 
 async def test_a_long_transcript_is_not_echoed(api, srv, db_url, tmp_path):

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent.llm import OpenAILLM
 from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
+from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
 from bootstrap.services import Services
 from config.settings import ConfigHolder, load_config
@@ -19,8 +21,11 @@ from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import PluginManager, install
 from store.conversations import ConversationStore
 from store.locks import LocalLocks
+from store.usage import UsageStore
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
+from usage.caps import UsageCaps
+from usage.recorder import UsageRecorder
 
 
 class FakeSummarizer(LoggingDropSink):
@@ -85,15 +90,20 @@ class PluginBot:
         locks = LocalLocks()
         admins = Admins(self.store, self.holder)
         await admins.load()
+        self.usage = UsageStore(self.store)
+        self.recorder = UsageRecorder(self.usage, TokenCounters())
+        if isinstance(self.llm, OpenAILLM):  # the real client on a fake server records its calls, as in app.py
+            self.llm.usage = self.recorder
         self.services = Services(config=self.holder, store=self.store, llm=self.llm, tools=self.tools,
                                  sessions=self.sessions, agent=self.agent, commands=self.commands, admins=admins,
                                  locks=locks, summarizer=self.summarizer,  # type: ignore[arg-type]
-                                 memory=memory, people=self.people)
+                                 memory=memory, people=self.people, usage=self.usage, usage_recorder=self.recorder,
+                                 caps=UsageCaps(self.usage, self.holder))
         self.manager: PluginManager = install(self.services, directory=self.directory, extra=self.extra)
         written.subscribe(self.manager.memory_written)
         self.dispatcher = Dispatcher(config=self.holder, store=self.store, agent=self.agent, sessions=self.sessions,
                                      commands=self.commands, services=self.services, locks=locks, admins=admins,
-                                     hooks=self.manager)
+                                     hooks=self.manager, caps=self.services.caps)
         self.dispatcher.add_channel(self.channel)
         self.dispatcher.add_channel(self.terminal)
         return self

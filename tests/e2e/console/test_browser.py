@@ -13,6 +13,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -311,14 +312,33 @@ def test_notes_are_edited_within_their_cap(admin, bot, base, shots):
 
 def test_screenshots_of_the_other_pages(admin, base, shots):
     page = admin
-    for path, name, heading in (("/usage", "usage", "Usage"), ("/reminders", "reminders", "Reminders"),
-                                ("/weixin", "weixin", "WeChat login")):
+    for path, name, heading in (("/reminders", "reminders", "Reminders"), ("/weixin", "weixin", "WeChat login")):
         page.goto(base + path)
         assert page.locator("h1").inner_text() == heading
         assert "arrive" in page.locator(".placeholder").inner_text() or path == "/weixin"
         snap(page, shots, name)
     page.goto(base + "/conversation/forget?id=" + SESSION)
     snap(page, shots, "forget-confirm")
+
+
+def test_the_usage_page_shows_todays_tokens_by_model_and_purpose_and_the_cache_share(admin, bot, base, shots):
+    page = admin
+    page.goto(base + "/usage")
+    assert page.locator("h1").inner_text() == "Usage"
+    today = datetime.now(UTC).date().isoformat()  # the bot's zone is UTC
+    with sqlite3.connect(bot.folder / "data" / "chatbot.db") as db:
+        tokens, calls, purposes = db.execute(
+            "SELECT SUM(prompt_tokens + completion_tokens), COUNT(*), GROUP_CONCAT(DISTINCT purpose) FROM usage "
+            "WHERE created_at >= ?", (today,)).fetchone()
+    assert calls > 0 and "reply" in purposes
+    cells = [c.inner_text() for c in page.locator("#days-table tbody tr").first.locator("td").all()]
+    assert cells == [today, f"{tokens:,}", f"{calls:,}", cells[3], "0.0%"]  # the fake server caches nothing
+    day = page.locator(f"#day-{today}")
+    for purpose in purposes.split(","):
+        assert purpose in day.locator("table.by-model").inner_text()
+    assert SESSION in day.locator(".top-sessions").inner_text()
+    assert page.locator("#caps").inner_text().count("no cap") == 3
+    snap(page, shots, "usage")
 
 
 def test_everything_but_the_live_log_works_without_javascript(browser, bot, base):

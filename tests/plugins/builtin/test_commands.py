@@ -34,6 +34,7 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "/forget — delete this conversation's history and memory for good (asks first)",
             "/me — what I keep about you across your chats; /me forget <n> or /me forget all deletes (private chat)",
             "/export — everything stored for this conversation (and your notes) as one file",
+            "/usage — tokens used today and this month by this chat and by you, against the caps",
         ])
         assert bot.llm.history == []  # commands never reach the model
 

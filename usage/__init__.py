@@ -1,0 +1,1 @@
+"""Usage you can see and caps that protect the bill (DESIGN §12)."""
