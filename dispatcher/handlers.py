@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
+from agent.tools.base import TURN_MESSAGE
 from channels.base import BaseChannel
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
@@ -66,9 +67,11 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
             if not state.cut_after(item.user_seq):
                 state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
         state.set_background(await background_lines(store, item.message, agent.config()))
+        token = TURN_MESSAGE.set(item.message)  # who asked and where, for the tools that act in the chat
         try:
             result = await agent.run_turn(state, sink, final=_keeping_reply(store, item))
         finally:
+            TURN_MESSAGE.reset(token)
             state.set_background([])
     return result.text, result.tool_calls, result.outcome
 
