@@ -343,9 +343,12 @@ def parse_rule(every: str, zone: ZoneInfo, now: datetime) -> When:
     text = _normalise(every)
     if not re.match(r"(every|daily|hourly|每)", text, re.IGNORECASE):
         text = f"every {text}"
-    when = parse_when(text, now, zone)
+    try:
+        when = parse_when(text, now, zone)
+    except WhenError:
+        when = When(now)
     if when.every is None:
-        raise WhenError(f"{every!r} is not a repeat rule. Examples: day 9:00, monday 9:00, week, 2 hours")
+        raise WhenError(f"{every!r} is not a repeat rule. Examples: day 9:00, monday 9:00, week, 2 hours, 每天早上9点")
     return when
 
 
