@@ -32,6 +32,9 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "/auth — /auth <password> makes you an admin (private chat)",
             "/memory — this conversation's memory; /memory rebuild re-indexes it (admins)",
             "/forget — delete this conversation's history and memory for good (asks first)",
+            "/remind — /remind <when> <text>: a reminder in this chat (in 20m, at 18:30, tomorrow 9:00, "
+            "2026-12-24 08:00, every day 9:00, 明天早上9点)",
+            "/reminders — this chat's pending reminders; /reminders cancel <n> cancels one",
         ])
         assert bot.llm.history == []  # commands never reach the model
 
