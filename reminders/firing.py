@@ -93,7 +93,9 @@ class ReminderFiring:
 
         self.started_at = datetime.now(UTC)
         self.scheduler = AsyncIOScheduler(timezone=UTC)
-        self.scheduler.add_job(self.tick, IntervalTrigger(seconds=self.tick_seconds, timezone=UTC), id=JOB_ID,
+        # jitter: the processes' looks drift apart, so the claims of one instant spread over them
+        trigger = IntervalTrigger(seconds=self.tick_seconds, timezone=UTC, jitter=self.tick_seconds / 2)
+        self.scheduler.add_job(self.tick, trigger, id=JOB_ID,
                                name="due reminders", max_instances=1, coalesce=True, misfire_grace_time=None,
                                next_run_time=datetime.now(UTC))
         self.scheduler.start()
