@@ -83,6 +83,7 @@ class ReminderFiring:
         #: when this process started firing: a reminder due before it fell due while none ran here
         self.started_at = datetime.now(UTC)
         self._lock = asyncio.Lock()
+        self._task: asyncio.Task[int] | None = None
 
     def start(self) -> None:
         """Look now, then every :attr:`tick_seconds` (needs a running loop)."""
@@ -95,7 +96,7 @@ class ReminderFiring:
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         # jitter: the processes' looks drift apart, so the claims of one instant spread over them
         trigger = IntervalTrigger(seconds=self.tick_seconds, timezone=UTC, jitter=self.tick_seconds / 2)
-        self.scheduler.add_job(self.tick, trigger, id=JOB_ID,
+        self.scheduler.add_job(self._scheduled, trigger, id=JOB_ID,
                                name="due reminders", max_instances=1, coalesce=True, misfire_grace_time=None,
                                next_run_time=datetime.now(UTC))
         self.scheduler.start()
@@ -106,6 +107,15 @@ class ReminderFiring:
         scheduler, self.scheduler = self.scheduler, None
         if scheduler is not None and scheduler.running:
             scheduler.shutdown(wait=False)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # a claim and its journal row are one transaction: either both are kept (sent at
+            # the next start, or by another process) or neither
+
+    async def _scheduled(self) -> None:
+        """The job: a look in its own task, unless one is still running (a slow database), so the scheduler
+        never counts overlapping runs."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.tick(), name="due reminders")
 
     async def tick(self, now: datetime | None = None) -> int:
         """Fire every due reminder of the running channels; return how many this process fired."""

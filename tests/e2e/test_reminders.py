@@ -126,3 +126,51 @@ def test_due_during_a_kill_9_outage_fires_once_after_restart_marked_late(servers
     finally:
         assert bot.stop() == 0
     assert rows(tmp_path, "SELECT status, late FROM reminders") == [("sent", 1)]
+
+
+async def test_daily_reminder_fires_on_two_consecutive_simulated_days(servers, tmp_path):
+    """``app.py``'s App in this process (so its clock can be moved) with the Telegram fake: a daily reminder
+    fires at 09:00 on one day and, the clock moved on, at 09:00 the next day, once each."""
+    import asyncio
+    from zoneinfo import ZoneInfo
+
+    import time_machine
+
+    from app import App
+    from config.settings import load_config
+
+    api, llm = servers
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**settings(api, llm, timezone="Europe/Berlin"), "web_console_port": 0}),
+                    encoding="utf-8")
+    berlin = ZoneInfo("Europe/Berlin")
+
+    async def until(check, within: float = 15.0) -> None:
+        async with asyncio.timeout(within):
+            while not check():  # noqa: ASYNC110 - the fake servers run in threads: there is nothing to await
+                await asyncio.sleep(0.05)
+
+    with time_machine.travel(datetime(2026, 3, 28, 8, 59, 56, tzinfo=berlin), tick=True) as clock:
+        app = App(path)
+        run = asyncio.create_task(app.run(load_config(path, environ={})))
+        try:
+            await until(lambda: "reminders" in app.background.started, 20)
+            api.push_text(23, "/remind every day 9:00 water the plants", user_id=23)
+            await until(lambda: sent_to(api, 23))
+            assert sent_to(api, 23)[0] == ("OK, I'll remind you Sat 2026-03-28 09:00 (Europe/Berlin), then every day "
+                                           "at 09:00: water the plants")
+            await until(lambda: reminders_sent(api, 23))
+            assert reminders_sent(api, 23) == ["⏰ Reminder: water the plants"]
+            clock.move_to(datetime(2026, 3, 29, 8, 59, 58, tzinfo=berlin))  # the next day (CEST from 02:00)
+            await asyncio.sleep(1.0)
+            assert len(reminders_sent(api, 23)) == 1
+            await until(lambda: len(reminders_sent(api, 23)) >= 2)
+            assert reminders_sent(api, 23) == ["⏰ Reminder: water the plants"] * 2
+            await asyncio.sleep(2.0)
+            assert len(reminders_sent(api, 23)) == 2
+        finally:
+            app.request_stop()
+            await asyncio.wait_for(run, 30)
+    [(due, status)] = rows(tmp_path, "SELECT due_at, status FROM reminders")
+    assert status == "pending"
+    assert datetime.fromisoformat(due).astimezone(UTC) == datetime(2026, 3, 30, 7, 0, tzinfo=UTC)  # 09:00 CEST
