@@ -45,11 +45,15 @@ JOB_ID = "reminders-due"
 
 
 def reminder_text(reminder: Reminder, *, late: bool, zone: Any) -> str:
-    """What the chat gets: ``⏰ Reminder: …``, saying when it was due if it is late."""
+    """What the chat gets: ``⏰ Reminder: …``; in a group, for whom (``⏰ Reminder for Alice: …``); saying when it
+    was due if it is late."""
+    target = reminder.target or {}
+    name = str(target.get("user_name") or "") if target.get("is_group") else ""
+    head = f"⏰ Reminder for {name}" if name else "⏰ Reminder"
     if late:
         due = reminder.due_at.astimezone(zone)
-        return f"⏰ Reminder (late: it was due {due:%Y-%m-%d %H:%M} while I was offline): {reminder.text}"
-    return f"⏰ Reminder: {reminder.text}"
+        return f"{head} (late: it was due {due:%Y-%m-%d %H:%M} while I was offline): {reminder.text}"
+    return f"{head}: {reminder.text}"
 
 
 def journal_payload(reminder: Reminder, now: datetime) -> dict[str, Any]:

@@ -91,6 +91,12 @@ async def test_group_cancel_by_its_creator_or_an_admin_only(tmp_path):
                 "Reminder 1 was set by someone else; only they or an admin can cancel it."
             assert await bot.say("/reminders cancel 1", user_id="7", **group) == "Cancelled reminder 1: standup"
             assert await bot.say("/reminders cancel 1", user_id="1", **group) == "Cancelled reminder 1: retro"
+            assert (await bot.say("@bot /remind tomorrow 11:00 lunch", user_id="1", user_name="Bob", **group)
+                    ).startswith("OK")
+            job = firing(bot)
+            job.started_at = berlin(2026, 3, 29, 11, 0).astimezone(UTC)
+            assert await fire(bot, job, berlin(2026, 3, 29, 11, 0, 1)) == ["⏰ Reminder for Bob: lunch"]
+            assert [(to.chat_id, to.is_group) for to, _ in bot.channel.sent[-1:]] == [("-5", True)]
             assert await bot.say("/reminders cancel x", user_id="1", **group) == (
                 "Usage: /reminders lists this chat's pending reminders; /reminders cancel <n> cancels one.")
 
