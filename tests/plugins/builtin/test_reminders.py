@@ -134,3 +134,29 @@ async def test_the_tools_set_list_and_cancel(tmp_path):
             assert (await schedule_message.call(outside, {"when": "in 5m", "text": "x"})).startswith("Error:")
             [r] = await Reminders(bot.store).pending(SID)
             assert r.target is not None and r.target["chat_id"] == "100" and r.created_by == "telegram:100"
+
+
+async def test_a_crash_between_claim_and_send_loses_nothing_and_sends_once(tmp_path):
+    """Claimed and journalled, then the process dies before the send: the next start's crash resume sends it,
+    once, and notes it in the history once; the claim is not made again."""
+    async def crash(row) -> None:  # the process dies right after the claim's transaction
+        return None
+
+    with time_machine.travel(berlin(2026, 3, 28, 8, 0), tick=False) as clock:
+        async with PluginBot(tmp_path, timezone="Europe/Berlin") as bot:
+            await bot.say("hi")
+            await bot.say("/remind at 8:30 feed the cat")
+            clock.move_to(berlin(2026, 3, 28, 8, 30, 1))
+            job = ReminderFiring(bot.dispatcher.reminders, bot.holder, lambda: ["telegram"], crash)
+            job.started_at = berlin(2026, 3, 28, 8, 0).astimezone(UTC)
+            assert await job.tick() == 1
+            assert [t for t in bot.channel.texts() if t.startswith("⏰")] == []
+        async with PluginBot(tmp_path) as again:  # the next start
+            assert await again.dispatcher.resume_pending() == 1
+            await again.dispatcher.wait_idle()
+            assert again.channel.texts() == ["⏰ Reminder: feed the cat"]
+            job = firing(again)
+            assert await fire(again, job, berlin(2026, 3, 28, 8, 31)) == []
+            stored = await again.store.load_messages(SID)
+            assert [m.message["content"] for m in stored].count("⏰ Reminder: feed the cat") == 1
+            assert await again.store.pending_incoming() == []
