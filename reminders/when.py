@@ -296,11 +296,10 @@ def _resolve(kind: str, m: re.Match[str], now: datetime, zone: ZoneInfo) -> When
     if kind == "cn_weekday":
         wd = _CN_WEEKDAYS[m.group("cwd")]
         at = _cn_time(m) if _group(m, "ch") or _group(m, "dh") else DEFAULT_TIME
-        after = now
         if m.group("next"):  # 下周一: the Monday of next week
             monday = today + timedelta(days=7 - today.weekday())
             return When(_on_day(monday + timedelta(days=wd), at, now, zone, "下周"))
-        return When(_next_clock(at, after, zone, wd))
+        return When(_next_clock(at, now, zone, wd))
     if kind == "clock":
         return When(_next_clock(_en_time(m), now, zone))
     if kind == "cn_clock":
