@@ -292,9 +292,30 @@ def test_reminders_fire_exactly_once_across_three_processes_with_one_killed(tmp_
         texts = {i: api.chat_texts(reminder_chat(i)) for i in range(REMINDER_CHATS)}
         wrong = {i: t for i, t in texts.items() if t != [f"⏰ Reminder: r{i}"]}
         assert not wrong, f"{len(wrong)} chats did not get their reminder exactly once: {dict(list(wrong.items())[:5])}"
+        # one claim (one journal row) per reminder; the log may miss the victim's last claim (killed before its line)
+        assert asyncio.run(reminder_claims(cluster.db_url)) == (REMINDER_CHATS, REMINDER_CHATS, 0)
         fired = cluster.count_in_logs(REMINDER_FIRED)
-        assert sum(fired) == REMINDER_CHATS, fired  # one claim per reminder, spread over the processes
-        assert sum(n > 0 for n in fired) >= 2, fired
+        assert sum(n > 0 for n in fired) >= 2, fired  # the claims were spread over the processes
+
+
+async def reminder_claims(db_url: str) -> tuple[int, int, int]:
+    """(reminders sent, their journal rows, journal rows still pending)."""
+    from sqlalchemy import text
+
+    from store.conversations import ConversationStore
+
+    store = ConversationStore(db_url)
+    await store.open()
+    try:
+        def count(conn):
+            one = conn.execute(text("SELECT count(*) FROM reminders WHERE status = 'sent'")).scalar_one()
+            rows = conn.execute(text("SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM inbox "
+                                     "WHERE message_id LIKE 'reminder-%'")).one()
+            return one, rows[0], rows[1]
+
+        return await store.run(count)
+    finally:
+        await store.close()
 
 
 def reminder_chat(i: int) -> int:
