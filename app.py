@@ -313,6 +313,7 @@ class App:
         await self.background.start("leadership", leadership.start, leadership.stop)  # its stop stops the cleanup
         await self.background.start("cleanup", None, cleanup.stop)
         services.config.on_change(lambda old, new: cleanup.reschedule())
+        await self.start_reminders(services)
         if services.locks.shared and services.summarizer is not None:
             adopt = asyncio.create_task(adopt_summary_orphans(services.summarizer), name="summary orphans")
             await self.background.start("summary orphans", None, adopt.cancel)
@@ -334,6 +335,17 @@ class App:
             freeze_heap()
 
         self._warm_up_done = asyncio.create_task(freeze_when_warm(), name="freeze heap")
+
+    async def start_reminders(self, services: Services) -> None:
+        """Fire due reminders (reminders/firing.py): in every process, each claimed once through the database;
+        started after crash resume, so a reminder journalled before a crash is not overtaken."""
+        from reminders.firing import ReminderFiring
+
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
+        running = [c.name for c in self.channels if c.failure is None]
+        firing = ReminderFiring(dispatcher.reminders, services.config, lambda: running, dispatcher.answer_journalled)
+        await self.background.start("reminders", _as_async(firing.start), _as_async(firing.stop))
 
     def _warm_up(self, what: str, func: Any, *args: Any) -> None:
         """Run ``func(*args)`` in a worker thread, off the event loop; a failure is logged, not raised."""

@@ -39,7 +39,7 @@ from agent.images import REFUSED_NOTE, ImageTurn, Vision, has_image, request_mes
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
 from agent.slots import urgent
 from agent.tokens import TokenCounter, TokenCounters, output_cap
-from agent.tools.base import ToolContext, ToolRegistry, cap_result
+from agent.tools.base import TURN_MESSAGE, ToolContext, ToolRegistry, cap_result
 from agent.window import ModelWindows
 from core.errors import ContextOverflowError, ImagesUnsupportedError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse, StreamingLLM
@@ -357,7 +357,8 @@ class Agent:
             args = parse_arguments(arguments)
             turns = state.turns()
             ctx = ToolContext(session_id=state.session_id, config=self.config(), info=state.info,
-                              data_dir=self.config().data_path(), turn_start_seq=turns[-1].first_seq if turns else 0)
+                              data_dir=self.config().data_path(), turn_start_seq=turns[-1].first_seq if turns else 0,
+                              message=TURN_MESSAGE.get())
             text = await tool.call(ctx, args)
         except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, the turn goes on
             logger.warning("session %s: tool %s failed: %s", state.session_id, name, exc)

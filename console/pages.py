@@ -1,4 +1,4 @@
-"""The status page, login and logout, and the pages that arrive with later work (reminders, WeChat QR)."""
+"""The status page, login and logout, the reminders, and the pages that arrive with later work (WeChat QR)."""
 
 from __future__ import annotations
 
@@ -103,12 +103,23 @@ async def status_page(request: web.Request) -> web.StreamResponse:
 
 
 # --- pages of later work ------------------------------------------------------------------------------
+#: The console's reminders page lists this many pending reminders at most (soonest first).
+REMINDERS_SHOWN = 500
+
+
 async def reminders_page(request: web.Request) -> web.StreamResponse:
-    """Reminders: arrive with /remind (the reminders issue)."""
-    return console_of(request).render(
-        request, "placeholder.html", title="Reminders",
-        message="Pending and sent reminders arrive here together with /remind and /reminders. "
-                "Until then the bot keeps no reminders.")
+    """The pending reminders of every conversation, soonest first (read-only: /reminders cancels)."""
+    from reminders.when import describe_rule
+    from store.reminders import Reminders
+
+    console = console_of(request)
+    services = console.services
+    zone = services.config().zone()
+    pending = await Reminders(services.store).all_pending(REMINDERS_SHOWN)
+    rows = [{"session_id": r.session_id, "due": r.due_at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
+             "repeat": describe_rule(r.every), "text": r.text, "created_by": r.created_by} for r in pending]
+    return console.render(request, "reminders.html", title="Reminders", rows=rows, zone=str(zone),
+                          limit=REMINDERS_SHOWN)
 
 
 async def weixin_page(request: web.Request) -> web.StreamResponse:

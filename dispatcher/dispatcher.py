@@ -52,10 +52,12 @@ from dispatcher.replies import (
     still_working,
     with_prefix,
 )
-from dispatcher.resume import pending_items
+from dispatcher.resume import pending_items, resumed_item
 from media.intake import MediaIntake
-from store.conversations import ConversationStore
+from reminders.firing import REMINDER, note_in_history
+from store.conversations import ConversationStore, PendingIncoming
 from store.locks import LocalLocks, Locks
+from store.reminders import Reminders
 from usage.caps import ALLOWED, Turn, UsageCaps, speaker_of
 
 logger = logging.getLogger(__name__)
@@ -107,6 +109,8 @@ class Dispatcher:
         #: journal's unanswered ones
         self._held: list[WorkItem] | None = None
         self.journal = JournalWriter(store, sessions, self.hooks, self._journalled_here)
+        #: reminders sent here are noted in their session's history (reminders/firing.py)
+        self.reminders = Reminders(store)
 
     # --- wiring --------------------------------------------------------------------------
     def add_channel(self, channel: BaseChannel) -> None:
@@ -270,6 +274,22 @@ class Dispatcher:
                              return_exceptions=True)
         return {item.inbox_id for item in held if item.inbox_id is not None}
 
+    async def answer_journalled(self, row: PendingIncoming) -> None:
+        """Send a journal row whose reply was kept outside intake (a reminder that fell due) like a resumed one:
+        on its session's worker, in order with its turns; with several processes, through a claimed run."""
+        msg = IncomingMessage.from_json(row.payload)
+        if self.claimed(msg.channel):
+            self.poke(row.session_id)
+            return
+        channel = self.channels.get(msg.channel)
+        if channel is None:  # it stays pending: sent at a start where its channel runs
+            logger.warning("journal row %d: channel %s is not running here", row.id, msg.channel)
+            return
+        self.recent.add(msg.channel, msg.message_id)
+        item = await resumed_item(self.store, self.config(), channel, row, msg)
+        item.reply, item.resumed = row.reply, False
+        self.queue.enqueue(item)
+
     # --- one work item, on its session's worker ------------------------------------------
     async def _process_queued(self, session_id: str, item: WorkItem | Poke) -> None:
         if isinstance(item, Poke):
@@ -336,6 +356,10 @@ class Dispatcher:
         # reply's final edit carries the hooked, prefixed text; with nothing shown yet it is one send.
         final = self._final_edit(streamed) if streamed is not None and reply else None
         kept = item.reply is not None or (reply is not None and reply == item.kept_reply)
+        if item.message.content_type == REMINDER and item.inbox_id is not None and reply:
+            outcome = "reminder"
+            await note_in_history(self.reminders, self.sessions, item.inbox_id, item.message, item.info.session_id,
+                                  reply)
         await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=kept, send=final)
         if streamed is not None and not reply:
             await streamed.finish("")

@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
+from agent.tools.base import TURN_MESSAGE
 from channels.base import BaseChannel
 from core.usage import usage_scope
 from dispatcher.background import background_lines
@@ -82,11 +83,13 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
                 return decision.refusal, 0, f"refused (the {decision.cap} cap)"
             state.set_background(await background_lines(store, item.message, agent.config()))
             speaker = speaker_of(item.message.channel, item.message.user_id)
+            token = TURN_MESSAGE.set(item.message)  # who asked and where, for the tools that act in the chat
             try:
                 with usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
                     result = await agent.run_turn(state, sink, final=_keeping_reply(store, item),
                                                   model=decision.model)
             finally:
+                TURN_MESSAGE.reset(token)
                 state.set_background([])
     outcome = result.outcome if decision.model is None else f"{result.outcome} (on {decision.model}: the " \
         f"{decision.cap} cap)"

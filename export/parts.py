@@ -10,8 +10,8 @@ go in.
 
 The built-in parts: ``history`` (every stored message, trimmed and cleared ones included, with date and
 role), ``summary`` (the summary injected into the context), ``memory_files`` (the daily files), ``notes``
-(MEMORY.md), ``images`` (the photos' files) and ``person_notes`` (the speaker's PERSON.md, in their private
-chat only). Other features add theirs with :meth:`ExportParts.register`.
+(MEMORY.md), ``images`` (the photos' files), ``reminders`` and ``person_notes`` (the speaker's PERSON.md, in
+their private chat only). Other features add theirs with :meth:`ExportParts.register`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from media.files import session_media_files
 from memory.daily import LONG_TERM_FILE, session_dir_name, valid_date
 from memory.person import PERSON_FILE, note_lines
 from store.exports import PAGE, message_page, session_row
+from store.reminders import session_reminders
 
 if TYPE_CHECKING:
     from bootstrap.services import Services
@@ -230,6 +231,19 @@ async def images(request: ExportRequest) -> Section:
                    files=[(f"images/{p.name}", p) for p in paths], summary=plural(len(paths), "image"))
 
 
+async def reminders(request: ExportRequest) -> Section:
+    """The session's reminders: pending, sent and cancelled (store/reminders.py)."""
+    listed = await session_reminders(request.services.store, request.session.session_id)
+    if not listed:
+        return Section(data=[], markdown="No reminders.")
+    lines = []
+    for r in listed:
+        due = datetime.fromisoformat(r["due_at"]).astimezone(request.zone).strftime("%Y-%m-%d %H:%M")
+        repeat = f", every {r['every']}" if r["every"] else ""
+        lines.append(f"- {due}{repeat} ({r['status']}): {r['text']}")
+    return Section(data=listed, markdown="\n".join(lines), summary=plural(len(listed), "reminder"))
+
+
 async def person_notes(request: ExportRequest) -> Section:
     """The speaker's person notes, in their private chat only (a group's export is read by the group)."""
     if request.person is None:
@@ -254,6 +268,7 @@ def default_parts() -> ExportParts:
         ExportPart("memory_files", "Daily memory files", memory_files),
         ExportPart("notes", "Long-term notes (MEMORY.md)", notes),
         ExportPart("images", "Images", images),
+        ExportPart("reminders", "Reminders", reminders),
         ExportPart("person_notes", "Your person notes (PERSON.md)", person_notes),
     ])
 

@@ -36,6 +36,7 @@ from store.models import (
     InboxRow,
     MemoryChunkRow,
     MessageRow,
+    ReminderRow,
     SessionRow,
     SummaryJobRow,
     UTCDateTime,
@@ -60,6 +61,7 @@ _M = _MESSAGES.c
 _I = _INBOX.c
 _JOBS = SummaryJobRow.__table__
 _GRANTS = AdminGrantRow.__table__
+_REMINDERS = ReminderRow.__table__
 _J = _JOBS.c
 
 _SESSION_COLUMNS = (_S.session_id, _S.context_start_seq, _S.summary, _S.summary_turns, _S.summarized_through_seq,
@@ -213,6 +215,7 @@ def _delete_expired(conn: Connection, pick: Any, cutoff: datetime, max_messages:
     conn.execute(delete(_JOBS).where(_J.session_id.in_(expired)))
     chunks = MemoryChunkRow.__table__
     conn.execute(delete(chunks).where(chunks.c.session_id.in_(expired)))  # the session's search index
+    conn.execute(delete(_REMINDERS).where(_REMINDERS.c.session_id.in_(expired)))  # deleted with their session
     sessions = conn.execute(delete(_SESSIONS).where(_S.session_id.in_(ids), _S.last_active < cutoff)).rowcount
     return sessions or 0, messages
 

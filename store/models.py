@@ -18,6 +18,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -212,6 +213,10 @@ class ReminderRow(Base):
     status: Mapped[str] = mapped_column(String(16), default="pending")
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: the message that set it (IncomingMessage JSON): where and how it is sent
+    target: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: sent after it fell due while no process ran (the last time it fired)
+    late: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 # --- usage (issue 31) ------------------------------------------------------------------------------------

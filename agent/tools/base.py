@@ -14,6 +14,7 @@ import logging
 import types
 import typing
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # tools stay importable on their own
     from bootstrap.services import Services
     from config.settings import Config
+    from core.messages import IncomingMessage
     from core.records import SessionInfo
     from memory.daily import DailyMemory
     from store.conversations import ConversationStore
@@ -29,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 #: Every tool result is cut to this many characters when it is created.
 TOOL_RESULT_CAP = 50_000
+
+#: The message whose turn is running (set by the dispatcher around the agent's turn): a tool that acts in the
+#: chat (``schedule_message``) reads who asked and where from :attr:`ToolContext.message`.
+TURN_MESSAGE: ContextVar[IncomingMessage | None] = ContextVar("turn_message", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,8 @@ class ToolContext:
     turn_start_seq: int = 0
     #: who the session belongs to (private chat or group, its owner), or None outside a session's turn
     info: SessionInfo | None = None
+    #: the message being answered (who asked, in which chat), or None outside a chat turn
+    message: IncomingMessage | None = None
 
     def with_services(self, services: Services | None) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""

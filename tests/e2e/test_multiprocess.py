@@ -263,3 +263,81 @@ async def session_exists(db_url: str, session_id: str) -> bool:
     finally:
         await store.close()
 
+
+
+# --- reminders (DESIGN §12) --------------------------------------------------------------------
+REMINDER_CHATS = 200
+REMINDER_FIRED = "fired"  # reminders/firing.py logs "session …: reminder <id> fired" once per claim
+
+
+def test_reminders_fire_exactly_once_across_three_processes_with_one_killed(tmp_path):
+    """200 reminders due within one minute (10 at each of 20 instants, 2 s apart), three processes firing them,
+    one killed with kill -9 in the middle: each chat gets its reminder exactly once."""
+    with running(tmp_path, 3) as cluster:
+        api = cluster.api
+        first = datetime.now(UTC) + timedelta(seconds=6)
+        asyncio.run(seed_reminders(cluster.db_url, first))
+        time.sleep(max(0.0, (first - datetime.now(UTC)).total_seconds()) + 15)
+        fired_before = cluster.count_in_logs(REMINDER_FIRED)
+        victim = fired_before.index(max(fired_before))  # the busiest: it has claimed reminders in flight
+        assert fired_before[victim] > 0, "precondition: reminders were firing when the process died"
+        cluster.kill(victim)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            got = sum(1 for i in range(REMINDER_CHATS) if api.chat_texts(reminder_chat(i)))
+            if got == REMINDER_CHATS:
+                break
+            time.sleep(0.2)
+        time.sleep(3)  # a duplicate would come within the sweep interval
+        texts = {i: api.chat_texts(reminder_chat(i)) for i in range(REMINDER_CHATS)}
+        wrong = {i: t for i, t in texts.items() if t != [f"⏰ Reminder: r{i}"]}
+        assert not wrong, f"{len(wrong)} chats did not get their reminder exactly once: {dict(list(wrong.items())[:5])}"
+        # one claim (one journal row) per reminder; the log may miss the victim's last claim (killed before its line)
+        assert asyncio.run(reminder_claims(cluster.db_url)) == (REMINDER_CHATS, REMINDER_CHATS, 0)
+        fired = cluster.count_in_logs(REMINDER_FIRED)
+        assert sum(n > 0 for n in fired) >= 2, fired  # the claims were spread over the processes
+
+
+async def reminder_claims(db_url: str) -> tuple[int, int, int]:
+    """(reminders sent, their journal rows, journal rows still pending)."""
+    from sqlalchemy import text
+
+    from store.conversations import ConversationStore
+
+    store = ConversationStore(db_url)
+    await store.open()
+    try:
+        def count(conn):
+            one = conn.execute(text("SELECT count(*) FROM reminders WHERE status = 'sent'")).scalar_one()
+            rows = conn.execute(text("SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM inbox "
+                                     "WHERE message_id LIKE 'reminder-%'")).one()
+            return one, rows[0], rows[1]
+
+        return await store.run(count)
+    finally:
+        await store.close()
+
+
+def reminder_chat(i: int) -> int:
+    return 5000 + i
+
+
+async def seed_reminders(db_url: str, first: datetime) -> None:
+    """One reminder per chat, ``r<i>``, due at ``first`` + (i % 20) * 2 s."""
+    from core.messages import IncomingMessage
+    from core.records import SessionInfo
+    from store.conversations import ConversationStore
+    from store.reminders import Reminders
+
+    store = ConversationStore(db_url)
+    await store.open()
+    try:
+        reminders = Reminders(store)
+        for i in range(REMINDER_CHATS):
+            chat = str(reminder_chat(i))
+            sid = f"telegram:{chat}"
+            await store.ensure_session(SessionInfo(sid, "telegram", chat, chat))
+            target = IncomingMessage(channel="telegram", chat_id=chat, user_id=chat, text="").to_json()
+            await reminders.add(sid, sid, first + timedelta(seconds=(i % 20) * 2), f"r{i}", target=target)
+    finally:
+        await store.close()

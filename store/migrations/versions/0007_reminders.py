@@ -35,6 +35,10 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("sent_at", UTCDateTime, nullable=True),
         sa.Column("created_at", UTCDateTime, nullable=False),
+        # where it fires: the message that set it (channel, chat, thread, WeChat's context token), as JSON
+        sa.Column("target", sa.JSON(), nullable=True),
+        # true when it was sent late (it fell due while no process was running)
+        sa.Column("late", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_reminders_status_due", "reminders", ["status", "due_at"])

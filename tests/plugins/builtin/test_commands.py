@@ -35,6 +35,9 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "/me — what I keep about you across your chats; /me forget <n> or /me forget all deletes (private chat)",
             "/export — everything stored for this conversation (and your notes) as one file",
             "/usage — tokens used today and this month by this chat and by you, against the caps",
+            "/remind — /remind <when> <text>: a reminder in this chat (in 20m, at 18:30, tomorrow 9:00, "
+            "2026-12-24 08:00, every day 9:00, 明天早上9点)",
+            "/reminders — this chat's pending reminders; /reminders cancel <n> cancels one",
         ])
         assert bot.llm.history == []  # commands never reach the model
 

@@ -208,3 +208,18 @@ def test_sizes_read_as_people_write_them():
     from plugins.builtin.export import size_text
 
     assert [size_text(n) for n in (812, 12_345, 50_000_000)] == ["812 bytes", "12.3 KB", "50.0 MB"]
+
+
+async def test_the_reminders_of_the_conversation_go_in(tmp_path):
+    async with PluginBot(tmp_path, memory_embedding_model="", timezone="Europe/Berlin") as bot:
+        answer = await bot.say("/remind 2027-12-24 08:00 buy the tree", terminal=True, **ALICE)
+        assert "2027" in answer
+        await bot.say("/remind 2027-12-25 09:00 call the family", chat_id="200", user_id="200", user_name="Bob",
+                      terminal=True)  # another chat's reminder stays out
+        reply = await bot.say("/export", terminal=True, **ALICE)
+        assert "1 reminder" in reply
+        data, md, _ = opened(path_in(reply))
+    [reminder] = data["parts"]["reminders"]
+    assert (reminder["text"], reminder["status"], reminder["every"]) == ("buy the tree", "pending", None)
+    assert reminder["due_at"] == "2027-12-24T07:00:00+00:00"  # 08:00 in Berlin's winter
+    assert "## Reminders\n\n- 2027-12-24 08:00 (pending): buy the tree" in md
