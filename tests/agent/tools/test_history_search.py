@@ -211,7 +211,8 @@ async def test_migration_indexes_existing_histories(db_url: str) -> None:
         assert [h.seq for h in await store.search_history(A, "里斯本", 10)] == [3]
         if store.dialect == "postgresql":
             assert await store.run(lambda c: c.execute(text(
-                "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_message_search_terms'")).scalar_one()) == 1
+                "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_message_search_terms' "
+                "AND schemaname = current_schema()")).scalar_one()) == 1  # other tests' schemas have theirs
     finally:
         await store.close()
 
