@@ -51,7 +51,8 @@ def test_streamed_usage_is_recorded_shown_and_capped(tmp_path):
             api.push_text(1002, "/usage", user_id=1002, first_name="Bob")
             usage = wait_chat(api, 1002, lambda texts: len(texts) >= 2)[1]
             mine = re.search(r"^You: ([\d,]+) today", usage, re.M)
-            assert mine and int(mine[1].replace(",", "")) > 100, usage  # the request (tools included) and the answer, counted
+            # the request (tools included) and the answer, counted
+            assert mine and int(mine[1].replace(",", "")) > 100, usage
         finally:
             assert proc.stop() == 0
         assert "Traceback" not in proc.log()
