@@ -1,4 +1,4 @@
-"""The composition root: load config, build store, model, tools, commands, dispatcher, channels; run; stop.
+"""The entry point: load and check the config, build every part (bootstrap/compose.py), run, stop in order.
 
 Usage: ``python app.py [--config PATH]``.
 """
@@ -17,12 +17,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.llm import NO_MODEL_HINT, OpenAILLM, UnconfiguredLLM
-from agent.loop import Agent
-from agent.session import LiveSessions, SessionManager
-from agent.tokens import TokenCounters, check_context_window
-from agent.tools.base import ToolRegistry
-from agent.window import ModelWindows
+from agent.llm import NO_MODEL_HINT
+from agent.tokens import check_context_window
+from bootstrap.compose import compose, discover_window
 from bootstrap.first_run import create_config
 from bootstrap.lifecycle import Lifecycle
 from bootstrap.preflight import (
@@ -41,23 +38,13 @@ from bootstrap.preflight import (
 from bootstrap.services import Services
 from channels.base import BaseChannel
 from channels.terminal import stdin_is_terminal
-from config.settings import Config, ConfigHolder, load_config
+from config.settings import Config, load_config
 from config.watch import ConfigWatcher
 from core import heap
 from core.errors import ConfigError
-from dispatcher.admins import Admins
-from dispatcher.commands import CommandRegistry
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.leader import Leadership
-from memory.daily import DailyMemory, MemoryWritten
-from memory.person import PEOPLE_DIR, PersonNotes
-from plugins.manager import install as install_plugins
-from store.conversations import ConversationStore
-from store.locks import locks_for
-from store.usage import UsageStore
 from summaries.summarizer import Summarizer
-from usage.caps import UsageCaps
-from usage.recorder import UsageRecorder
 
 if TYPE_CHECKING:
     from store.retention import CleanupJob
@@ -72,45 +59,6 @@ SUMMARY_GRACE_SECONDS = 10.0
 PLUGIN_GRACE_SECONDS = 10.0
 #: Several processes: seconds between two looks for summary jobs a dead process left pending.
 ORPHAN_SCAN_SECONDS = 30.0
-
-
-def build_llm(cfg: Config, usage: UsageRecorder | None = None):
-    """The model client, or a stand-in that explains how to configure one; ``usage`` records each call."""
-    if not cfg.model_configured:
-        return UnconfiguredLLM()
-    return OpenAILLM(api_key=cfg.open_ai_api_key, base_url=cfg.open_ai_api_base, model=cfg.model,
-                     azure_api_version=cfg.azure_api_version, max_output_tokens=cfg.agent_max_output_tokens,
-                     max_parallel=cfg.model_max_parallel, usage=usage)
-
-
-async def discover_window(services: Services, model: str) -> None:
-    """Ask the model server for the window of ``model`` when nothing else knows it (agent/window.py), then log
-    the window in force and where it came from."""
-    windows = services.agent.windows
-    llm = services.llm
-    if isinstance(llm, OpenAILLM) and not llm.azure_api_version:
-        try:
-            await windows.discover(model, llm.server_json)
-        except Exception:  # noqa: BLE001 - discovery is a courtesy; the table's window stays
-            logger.warning("asking the model server for its context window failed", exc_info=True)
-    logger.info("model %s: context window %s", model, windows.get(model).describe())
-
-
-def build_channels(cfg: Config, services: Any = None, failures: dict[str, str] | None = None) -> list[BaseChannel]:
-    """The channels named by ``channel_type``, built through the channel registry. With ``failures``, a channel
-    that cannot be built is logged and left out, with the reason put there; without, the error is raised."""
-    from channels.registry import create_channel
-
-    channels = []
-    for name in cfg.channels:
-        try:
-            channels.append(create_channel(name, config=cfg, services=services))
-        except Exception as exc:
-            if failures is None:
-                raise
-            logger.exception("channel %s cannot be built", name)
-            failures[name] = f"cannot be built ({type(exc).__name__}: {exc})"
-    return channels
 
 
 class App:
@@ -168,47 +116,11 @@ class App:
             await task
 
     async def build(self, cfg: Config) -> Services:
-        """Create every part, in dependency order, each given what it uses when it is made."""
-        holder = ConfigHolder(cfg, self.config_path)
-        store = ConversationStore(cfg.database_url())
-        await store.open()
-        # PostgreSQL coordinates several processes (DESIGN §10); on SQLite this process is alone.
-        locks = locks_for(cfg.database_url())
-        counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
-        usage = UsageStore(store)  # every model call's tokens (DESIGN §12)
-        recorder = UsageRecorder(usage, counters)
-        llm = build_llm(cfg, recorder)
-        tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin
-        written = MemoryWritten()  # what is written to memory reaches the plugins' memory_written (indexers)
-        daily = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
-        people = PersonNotes(daily.root / PEOPLE_DIR)  # person notes: kept out of the index, read by the prompt
-        live = LiveSessions()  # the loaded contexts: the session manager fills it, the summariser injects into it
-        windows = ModelWindows(holder)  # the models' windows (configured, asked of the server, the table)
-        summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=live, daily=daily, locks=locks,
-                                on_written=written.notify, counter=counters, window=windows)
-        sessions = SessionManager(store, holder, summarizer, live=live)
-        agent = Agent(llm=llm, tools=tools, store=store, config=holder, sink=summarizer,
-                      notes=daily.long_term_notes, person_notes=people.for_prompt, counter=counters,
-                      windows=windows)
-        admins = Admins(store, holder, shared=locks.shared)
-        await admins.load()
-        services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
-                            commands=CommandRegistry(), admins=admins, locks=locks, memory=daily,
-                            people=people, summarizer=summarizer, usage=usage, usage_recorder=recorder,
-                            caps=UsageCaps(usage, holder))
-        # plugins: commands, tools and message hooks; config.json edits apply live
-        plugins = install_plugins(services)
-        written.subscribe(plugins.memory_written)
-        self.dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions,
-                                     commands=services.commands, services=services, locks=locks, admins=admins,
-                                     hooks=plugins, caps=services.caps)
-        self.leadership = Leadership(locks)
-        # Started after "ready"; it reads the file's digest now, so an edit made in between is still seen.
-        self.config_watcher = ConfigWatcher(holder, self.config_path)
-        self.channels = build_channels(cfg, services, self.channel_failures)
-        for channel in self.channels:
-            self.dispatcher.add_channel(channel)
-        return services
+        """Create every part, in dependency order (bootstrap/compose.py), and keep what this class runs."""
+        parts = await compose(cfg, self.config_path, self.channel_failures)
+        self.dispatcher, self.leadership = parts.dispatcher, parts.leadership
+        self.config_watcher, self.channels = parts.config_watcher, parts.channels
+        return parts.services
 
     async def run(self, cfg: Config) -> int:
         """Run until every finite channel is done or a stop is requested."""
@@ -433,7 +345,6 @@ def _as_async(func: Callable[[], object]) -> Callable[[], Awaitable[None]]:
         func()
 
     return call
-
 
 async def adopt_summary_orphans(summarizer: Summarizer) -> None:
     """Several processes: now and then, run the summary jobs a dead process left pending."""

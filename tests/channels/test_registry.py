@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app import build_channels
+from bootstrap.compose import build_channels
 from channels import registry
 from channels.registry import BUILTIN_CHANNELS, check_channel_names, create_channel, known_channels
 from config.settings import Config, validate_data
