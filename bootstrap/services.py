@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the parts' modules import each other's packages; the types 
     from dispatcher.admins import Admins
     from dispatcher.commands import CommandRegistry
     from memory.daily import DailyMemory
+    from memory.history_index import HistoryIndex
     from memory.search import MemorySearch
     from plugins.manager import PluginManager
     from store.conversations import ConversationStore
@@ -49,3 +50,5 @@ class Services:
     plugins: PluginManager | None = None
     #: the semantic memory index, made by the ``memory_index`` plugin (None while it is off)
     memory_search: MemorySearch | None = None
+    #: the vectors of every stored turn for ``history_search``, made by the ``memory_index`` plugin (None while off)
+    history_index: HistoryIndex | None = None

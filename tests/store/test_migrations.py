@@ -36,7 +36,7 @@ from store.models import Base
 ROOT = Path(__file__).resolve().parents[2]
 #: The tables of revision 0001, which ``create_all()`` made before migrations existed.
 BASELINE_TABLES = {"sessions", "messages", "inbox", "summary_jobs", "admin_grants"}
-MODEL_TABLES = BASELINE_TABLES | {"memory_chunks", "group_messages", "reminders", "usage"}
+MODEL_TABLES = BASELINE_TABLES | {"memory_chunks", "group_messages", "reminders", "usage", "message_vectors"}
 
 
 def schema_of(conn: Connection) -> dict[str, Any]:
