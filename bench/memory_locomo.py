@@ -1,15 +1,16 @@
 """history_search on LoCoMo: does the search find the evidence turns of each question, per category?
 
-LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with
-questions whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one
-session of the real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as
-"<speaker>: <text>" (how a group's messages reach the bot); then each question is asked of the store's
-``search_history``, as the ``history_search`` tool does, and a question counts as found when one of its
-evidence turns is among the first 5 (or 10) hits. This measures the history half of the bot's memory
-only: no summaries, no memory files. With ``--embedding local`` (the default) every turn is also embedded
-by the background indexer (memory/history_index.py: its time per 1,000 turns and bytes per turn are
-reported) and each question is asked both ways: words only (the store's ``search_history``) and words and
-meaning (``HistoryIndex.search``, what ``history_search`` uses when ``memory_embedding_model`` is set).
+LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with questions
+whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one session of the
+real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
+(how a group's messages reach the bot); then each question is asked of the store's ``search_history``, as the
+``history_search`` tool does, and a question counts as found when one of its evidence turns is among the first
+5 (or 10) hits; "shown" counts it found when it is in the first 5 hits' output at all, as a hit or as the turn
+just before or after one (the tool shows those too). This measures the history half of the bot's memory only:
+no summaries, no memory files. With ``--embedding local`` (the default) every turn is also embedded by the
+background indexer (memory/history_index.py: its time per 1,000 turns and bytes per turn are reported) and
+each question is asked both ways: words only (the store's ``search_history``) and words and meaning
+(``HistoryIndex.search``, what ``history_search`` uses when ``memory_embedding_model`` is set).
 
 Then one session is filled with ``--scale`` turns (the conversations' turns repeated, each copy numbered)
 to time the index (milliseconds per 1,000 turns stored, bytes per turn on SQLite) and the search at that
@@ -91,10 +92,10 @@ async def analyze(store: ConversationStore) -> None:
 
 
 async def recall(store: ConversationStore, data: list[dict[str, Any]], index: HistoryIndex | None,
-                 ) -> tuple[dict[str, dict[int, list[tuple[bool, bool]]]], dict[str, list[float]], list[str]]:
-    """Per way of searching ("words", "words+meaning") and category, (found in top 5, found in top 10) for each
-    question; search times in ms per way; the questions."""
-    found: dict[str, dict[int, list[tuple[bool, bool]]]] = defaultdict(lambda: defaultdict(list))
+                 ) -> tuple[dict[str, dict[int, list[tuple[bool, bool, bool]]]], dict[str, list[float]], list[str]]:
+    """Per way of searching ("words", "words+meaning") and category, (found in top 5, in top 10, shown by the top
+    5) for each question; search times in ms per way; the questions."""
+    found: dict[str, dict[int, list[tuple[bool, bool, bool]]]] = defaultdict(lambda: defaultdict(list))
     times: dict[str, list[float]] = defaultdict(list)
     questions: list[str] = []
     stored = [(f"locomo:{c['sample_id']}", c, await store_turns(store, f"locomo:{c['sample_id']}", turns(c)))
@@ -122,7 +123,9 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
                 hits = await search(sid, qa["question"])
                 times[way].append((time.perf_counter() - started) * 1000)
                 order = [h.seq for h in hits]
-                found[way][int(qa["category"])].append((bool(wanted & set(order[:5])), bool(wanted & set(order))))
+                shown = {n.seq for h in hits[:5] for n in (h.before, h.after) if n is not None} | set(order[:5])
+                found[way][int(qa["category"])].append((bool(wanted & set(order[:5])), bool(wanted & set(order)),
+                                                        bool(wanted & shown)))
     return found, times, questions
 
 
@@ -180,17 +183,19 @@ def vector_bytes(conn: Any) -> tuple[int, int]:
     return int(size or 0), rows
 
 
-def report(found: dict[int, list[tuple[bool, bool]]], times: list[float], title: str) -> None:
+def report(found: dict[int, list[tuple[bool, bool, bool]]], times: list[float], title: str) -> None:
     """One way's recall per category."""
+    def share(rows: list[tuple[bool, bool, bool]], i: int) -> str:
+        return f"{sum(r[i] for r in rows) / max(len(rows), 1):6.0%}"
+
     total = [f for cat in (1, 2, 3, 4) for f in found[cat]]
     print(f"-- {title}")
-    print(f"{'category':22s} {'questions':>9s} {'top-5':>6s} {'top-10':>6s}")
+    print(f"{'category':22s} {'questions':>9s} {'top-5':>6s} {'top-10':>6s} {'shown by top-5':>14s}")
     for cat in sorted(c for c in found if found[c]):
         rows = found[cat]
-        print(f"{cat} {CATEGORIES.get(cat, '?'):20s} {len(rows):9d} {sum(a for a, _ in rows) / len(rows):6.0%} "
-              f"{sum(b for _, b in rows) / len(rows):6.0%}")
-    print(f"{'1-4 together':22s} {len(total):9d} {sum(a for a, _ in total) / max(len(total), 1):6.0%} "
-          f"{sum(b for _, b in total) / max(len(total), 1):6.0%}")
+        print(f"{cat} {CATEGORIES.get(cat, '?'):20s} {len(rows):9d} {share(rows, 0)} {share(rows, 1)} "
+              f"{share(rows, 2):>14s}")
+    print(f"{'1-4 together':22s} {len(total):9d} {share(total, 0)} {share(total, 1)} {share(total, 2):>14s}")
     print(f"search median {statistics.median(times):.2f} ms")
 
 
