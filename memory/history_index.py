@@ -238,18 +238,25 @@ class HistoryIndex:
                      before_seq: int | None = None) -> list[HistoryHit]:
         """The session's messages best matching ``query`` by words and by meaning, best first; full-text only
         when semantic search is off or the query cannot be embedded."""
-        embedder = self.embedder
-        if embedder is None:
+        if self.embedder is None:
             return await self.store.search_history(session_id, query, limit, before_seq)
-        # the database ranks by words while the model embeds the query
-        keyword = asyncio.ensure_future(self.store.database.run_long(rank_history, session_id, query,
-                                                                     CANDIDATES, before_seq))
+        # the database ranks by words while the model embeds the query and the session's vectors are scanned
+        meaning = asyncio.ensure_future(self._meaning(session_id, query, before_seq))
         try:
-            query_vector: np.ndarray | None = await embedder.embed_query(query)
+            words = await self.store.database.run_long(rank_history, session_id, query, CANDIDATES, before_seq)
+        except BaseException:
+            meaning.cancel()
+            raise
+        order = [seq for seq, _ in fuse(words, await meaning, k=RRF_K)[:limit]]
+        return await self.store.database.run_long(history_hits, session_id, order, query, before_seq)
+
+    async def _meaning(self, session_id: str, query: str, before_seq: int | None) -> list[int]:
+        """The session's seqs by similarity to ``query`` ([] when the query cannot be embedded)."""
+        assert self.embedder is not None
+        try:
+            query_vector = await self.embedder.embed_query(query)
         except Exception:  # noqa: BLE001 - the words still answer
             logger.exception("session %s: embedding a history query failed; full-text search only", session_id)
-            query_vector = None
-        words = await keyword
-        meaning = (await self.vectors(session_id)).ranking(query_vector, before_seq) if query_vector is not None else []
-        order = [seq for seq, _ in fuse(words, meaning, k=RRF_K)[:limit]]
-        return await self.store.database.run_long(history_hits, session_id, order, query, before_seq)
+            return []
+        held = await self.vectors(session_id)
+        return await asyncio.to_thread(held.ranking, query_vector, before_seq)
