@@ -241,7 +241,8 @@ class HistoryIndex:
         if self.embedder is None:
             return await self.store.search_history(session_id, query, limit, before_seq)
         # the database ranks by words while the model embeds the query and the session's vectors are scanned
-        meaning = asyncio.ensure_future(self._meaning(session_id, query, before_seq))
+        held = await self.vectors(session_id)
+        meaning = asyncio.ensure_future(self._meaning(held, session_id, query, before_seq))
         try:
             words = await self.store.database.run_long(rank_history, session_id, query, CANDIDATES, before_seq)
         except BaseException:
@@ -250,7 +251,7 @@ class HistoryIndex:
         order = [seq for seq, _ in fuse(words, await meaning, k=RRF_K)[:limit]]
         return await self.store.database.run_long(history_hits, session_id, order, query, before_seq)
 
-    async def _meaning(self, session_id: str, query: str, before_seq: int | None) -> list[int]:
+    async def _meaning(self, held: SessionVectors, session_id: str, query: str, before_seq: int | None) -> list[int]:
         """The session's seqs by similarity to ``query`` ([] when the query cannot be embedded)."""
         assert self.embedder is not None
         try:
@@ -258,5 +259,4 @@ class HistoryIndex:
         except Exception:  # noqa: BLE001 - the words still answer
             logger.exception("session %s: embedding a history query failed; full-text search only", session_id)
             return []
-        held = await self.vectors(session_id)
         return await asyncio.to_thread(held.ranking, query_vector, before_seq)

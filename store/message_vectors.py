@@ -97,8 +97,11 @@ def drop_other_models(conn: Connection, model: str, limit: int = 5000) -> int:
 def stamp(conn: Connection, session_id: str) -> tuple[int, int]:
     """The session's lowest and highest indexed message ids (``(0, 0)``: none): a cached matrix is still the
     session's when its lowest id is unchanged, and needs the rows after its highest one."""
-    low, high = conn.execute(select(func.min(_V.message_id), func.max(_V.message_id))
-                             .where(_V.session_id == session_id)).one()
+    # two subqueries: SQLite reads a min() or a max() off the index only when it is alone in its query
+    # (together they scanned the session's rows: 12 ms at 100,000)
+    low = select(func.min(_V.message_id)).where(_V.session_id == session_id).scalar_subquery()
+    high = select(func.max(_V.message_id)).where(_V.session_id == session_id).scalar_subquery()
+    low, high = conn.execute(select(low, high)).one()
     return int(low or 0), int(high or 0)
 
 
