@@ -189,6 +189,8 @@ class HistoryIndex:
         assert self._wake is not None
         wake = self._wake
         while True:
+            if self.store.database is None:  # the store was closed without stopping the indexer first
+                return
             try:
                 done = await self.catch_up()
                 if done:
@@ -196,6 +198,8 @@ class HistoryIndex:
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the indexer outlives an outage; full-text search still answers
+                if self.store.database is None:
+                    return
                 logger.exception("history index: embedding stored messages failed; trying again in %.0f s",
                                  RETRY_SECONDS)
                 await asyncio.sleep(RETRY_SECONDS)

@@ -256,3 +256,22 @@ async def test_the_cache_keeps_sessions_within_its_bytes(store, monkeypatch) -> 
     await index.search(A, "job", 5)
     await index.search(B, "pet", 5)
     assert list(index._cache) == [B]  # the one searched last is kept, whatever its size
+
+
+async def test_the_indexer_ends_quietly_when_the_store_is_closed_under_it(db_url, caplog) -> None:
+    import asyncio
+    import logging
+
+    store = ConversationStore(db_url)
+    await store.open()
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    index.wake()
+    await store.close()  # a stop that did not stop the indexer first
+    with caplog.at_level(logging.ERROR, logger="memory.history_index"):
+        for _ in range(200):
+            if index._task is not None and index._task.done():
+                break
+            await asyncio.sleep(0.01)
+    assert index._task is not None and index._task.done() and index._task.exception() is None
+    assert not caplog.records
