@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from core import heap
 from memory.embeddings import BaseEmbedder, quantise
 from memory.ranking import fuse, top
 from store import message_vectors as mv
@@ -195,6 +196,7 @@ class HistoryIndex:
                 done = await self.catch_up()
                 if done:
                     logger.info("history index: %d messages embedded", done)
+                    await asyncio.to_thread(heap.trim)  # the batches' buffers, before the indexer idles
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the indexer outlives an outage; full-text search still answers
