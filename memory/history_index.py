@@ -124,6 +124,8 @@ class HistoryIndex:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        #: the model whose name the stored vectors were last checked against (those of another are deleted)
+        self._checked_model = ""
 
     @property
     def model_name(self) -> str:
@@ -178,9 +180,11 @@ class HistoryIndex:
 
     async def catch_up(self) -> int:
         """Index every message without a vector now (tests, benchmarks); the messages handled."""
-        if self.embedder is not None:
+        if self.embedder is not None and self._checked_model != self.embedder.name:
+            # once per model and process: this scans the table
             while await self.store.run(mv.drop_other_models, self.embedder.name):
                 pass
+            self._checked_model = self.embedder.name
         done = 0
         while n := await self.index_pending():
             done += n
