@@ -98,15 +98,17 @@ def settings(api: FakeTelegramAPI, llm: FakeOpenAIServer, model: str, db_url: st
             "agent_max_context_turns": CONTEXT_TURNS}
 
 
-def chunk_count(folder: Path) -> tuple[int, int, int]:
-    """``(passages indexed, passages with a vector, summary jobs not done)`` in the bot's SQLite file."""
+def chunk_count(folder: Path) -> tuple[int, int, int, int]:
+    """``(passages indexed, passages with a vector, summary jobs not done, turns indexed)`` in the bot's SQLite
+    file (the turns: memory/history_index.py, whose catching up is part of settling)."""
     db = sqlite3.connect(f"file:{folder / 'data' / 'chatbot.db'}?mode=ro", uri=True, timeout=10)
     try:
         chunks, vectors = db.execute("SELECT count(*), count(vector) FROM memory_chunks").fetchone()
+        turns = db.execute("SELECT count(*) FROM message_vectors").fetchone()[0]
         pending = db.execute("SELECT count(*) FROM summary_jobs WHERE status != 'done'").fetchone()[0]
     finally:
         db.close()
-    return chunks, vectors, pending
+    return chunks, vectors, pending, turns
 
 
 def settle(folder: Path, quiet: float = 3.0, timeout: float = 180.0) -> tuple[int, int]:
@@ -114,9 +116,9 @@ def settle(folder: Path, quiet: float = 3.0, timeout: float = 180.0) -> tuple[in
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
     while time.monotonic() < deadline:
-        chunks, vectors, pending = chunk_count(folder)
-        if (chunks, vectors, pending) != last:
-            last, since = (chunks, vectors, pending), time.monotonic()
+        chunks, vectors, pending, turns = chunk_count(folder)
+        if (chunks, vectors, pending, turns) != last:
+            last, since = (chunks, vectors, pending, turns), time.monotonic()
         elif not pending and time.monotonic() - since >= quiet:
             break
         time.sleep(0.25)

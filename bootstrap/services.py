@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the parts' modules import each other's packages; the types 
     from dispatcher.admins import Admins
     from dispatcher.commands import CommandRegistry
     from memory.daily import DailyMemory
+    from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
     from memory.search import MemorySearch
     from plugins.manager import PluginManager
@@ -61,3 +62,5 @@ class Services:
     usage_recorder: UsageRecorder | None = None
     #: the daily caps
     caps: UsageCaps | None = None
+    #: the vectors of every stored turn for ``history_search``, made by the ``memory_index`` plugin (None while off)
+    history_index: HistoryIndex | None = None

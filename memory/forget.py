@@ -37,7 +37,8 @@ class ForgetReport:
     def describe(self) -> str:
         """A sentence or two for the user."""
         messages = self.rows.get("messages", 0)
-        chunks = self.rows.get("memory_chunks", 0)
+        # the memory files' passages and the stored turns' vectors (history_search's meaning half)
+        chunks = self.rows.get("memory_chunks", 0) + self.rows.get("message_vectors", 0)
         daily = [f for f in self.files if f != LONG_TERM_FILE]
         parts = [f"{messages} stored message{'s' if messages != 1 else ''}",
                  f"{len(daily)} daily memory file{'s' if len(daily) != 1 else ''}",
@@ -49,7 +50,7 @@ class ForgetReport:
         if self.images:
             parts.append(f"{self.images} image file{'s' if self.images != 1 else ''}")
         other = sum(n for t, n in self.rows.items()
-                    if t not in ("messages", "memory_chunks", "sessions", "group_messages"))
+                    if t not in ("messages", "memory_chunks", "message_vectors", "sessions", "group_messages"))
         if other:
             parts.append(f"{other} other record{'s' if other != 1 else ''}")
         if self.person_notes is not None:

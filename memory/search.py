@@ -23,6 +23,7 @@ import numpy as np
 
 from memory.embeddings import from_bytes
 from memory.index import ChunkRow, MemoryIndex, date_of
+from memory.ranking import fuse, top
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,6 @@ logger = logging.getLogger(__name__)
 TOP_K = 5
 #: Candidates each ranking contributes to the fusion.
 CANDIDATES = 50
-#: The reciprocal rank fusion constant (Cormack et al.); larger flattens the head of each ranking.
-RRF_K = 60
 #: Below this cosine similarity a passage is not a semantic candidate (unrelated text still scores ~0.0-0.1).
 MIN_SIMILARITY = 0.1
 #: Sessions whose corpus is kept in memory.
@@ -135,7 +134,7 @@ class Corpus:
             idf = math.log(1.0 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
             norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[docs] / avg)
             scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
-        return _top(scores, limit, above=0.0)
+        return top(scores, limit, above=0.0)
 
     def vector_ranking(self, query_vector: np.ndarray, limit: int = CANDIDATES) -> list[int]:
         """Row positions by cosine similarity to the query, best first, above :data:`MIN_SIMILARITY`."""
@@ -144,26 +143,7 @@ class Corpus:
         # einsum, not BLAS: one small matrix-vector product does not pay for BLAS's thread pool, which
         # contends with the bot's other threads on a busy machine.
         sims = np.einsum("ij,j->i", self.vectors, query_vector.astype(np.float32))
-        return [int(self.vector_rows[i]) for i in _top(sims, limit, above=MIN_SIMILARITY)]
-
-
-def _top(scores: np.ndarray, limit: int, above: float) -> list[int]:
-    """Indices of the ``limit`` highest scores greater than ``above``, best first (ties: older first)."""
-    if not len(scores):
-        return []
-    k = min(limit, len(scores))
-    part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-    order = sorted(part.tolist(), key=lambda i: (-float(scores[i]), i))
-    return [i for i in order if scores[i] > above]
-
-
-def fuse(*rankings: list[int], k: int = RRF_K) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: ``(position, score)`` best first; ties keep the earlier-listed ranking's order."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, pos in enumerate(ranking, start=1):
-            scores[pos] = scores.get(pos, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+        return [int(self.vector_rows[i]) for i in top(sims, limit, above=MIN_SIMILARITY)]
 
 
 class MemorySearch:

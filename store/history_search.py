@@ -221,7 +221,31 @@ def search_history(conn: Connection, session_id: str, query: str, limit: int,
     terms = query_terms(query)
     if not terms:
         return []
-    rows = _ranked(conn, session_id, terms, limit, before_seq)
+    return _hits(conn, session_id, _ranked(conn, session_id, terms, limit, before_seq), terms, before_seq)
+
+
+def rank_history(conn: Connection, session_id: str, query: str, limit: int, before_seq: int | None = None) -> list[int]:
+    """The seqs of :func:`search_history`'s ranking, without the passages (the keyword half of the hybrid search)."""
+    terms = query_terms(query)
+    return [row[0] for row in _ranked(conn, session_id, terms, limit, before_seq)] if terms else []
+
+
+def history_hits(conn: Connection, session_id: str, seqs: list[int], query: str,
+                 before_seq: int | None = None) -> list[HistoryHit]:
+    """The hits for the messages at ``seqs``, in that order (those at or after ``before_seq`` left out), their
+    passages cut around ``query``'s terms (from the beginning when it has none there)."""
+    end = before_seq or 2**62
+    wanted = [int(s) for s in seqs if 0 < int(s) < end]
+    if not wanted:
+        return []
+    stmt = text(f"SELECT seq, role, created_at, content FROM messages WHERE session_id = :sid AND seq IN "
+                f"({', '.join(str(s) for s in sorted(set(wanted)))})").columns(created_at=UTCDateTime())
+    rows = {row[0]: row for row in conn.execute(stmt, {"sid": session_id}).all()}
+    return _hits(conn, session_id, [rows[s] for s in wanted if s in rows], query_terms(query), before_seq)
+
+
+def _hits(conn: Connection, session_id: str, rows: list[Any], terms: list[str],
+          before_seq: int | None) -> list[HistoryHit]:
     end = before_seq or 2**62
     wanted = {s for seq, *_ in rows for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
               if 0 < s < end and s != seq}

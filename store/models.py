@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -165,6 +166,28 @@ class MemoryChunkRow(Base):
     #: little-endian float32, unit length; null when semantic search was off
     vector: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- history vectors (issue 34) -------------------------------------------------------------------------
+class MessageVectorRow(Base):
+    """The embedding of one stored user or assistant message, for ``history_search`` (store/message_vectors.py).
+
+    Deleted with its message (the foreign key cascades) and with its session (``/forget``, cleanup).
+    """
+
+    __tablename__ = "message_vectors"
+    __table_args__ = (Index("ix_message_vectors_session", "session_id", "message_id"),)
+
+    message_id: Mapped[int] = mapped_column(BigId, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True,
+                                            autoincrement=False)
+    session_id: Mapped[str] = mapped_column(String(255))
+    seq: Mapped[int] = mapped_column(Integer)
+    #: the embedding model's name; vectors of another model are not compared
+    model: Mapped[str] = mapped_column(String(255))
+    #: the int8 vector's scale (the float vector is ``vector * scale``); 0 for a message without text
+    scale: Mapped[float] = mapped_column(Float)
+    #: int8 components, one byte each; empty for a message without text
+    vector: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 # --- group background (issue 20) ------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Built-in plugin: the semantic memory index (DESIGN §1.8, §6).
 
 It indexes what the summariser and ``memory_write`` write (the ``memory_written`` hook) and makes the
-hybrid search the one ``memory_search`` uses for this bot's data folder. The embedder follows
-``memory_embedding_model`` (and the endpoint settings) as they are when it is next needed.
+hybrid search the one ``memory_search`` uses for this bot's data folder. It also runs the indexer of every
+stored turn (memory/history_index.py), which a reply wakes (``after_reply``), for ``history_search``.
+The embedder follows ``memory_embedding_model`` (and the endpoint settings) as they are when it is next
+needed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from memory.daily import LONG_TERM_FILE, DailyMemory
 from memory.embeddings import build_embedder
+from memory.history_index import HistoryIndex
 from memory.index import MemoryIndex
 from memory.search import MemorySearch
 from plugins.hookspecs import hookimpl
@@ -38,13 +41,33 @@ def searcher(services: Any) -> MemorySearch:
         found.index.embedder = build_embedder(model, base_url=base_url, api_key=api_key)
         found.index.embedder_settings = settings
         logger.info("semantic memory: embedding model %s", found.index.model_name or "off (keywords only)")
+    turns: HistoryIndex | None = services.history_index
+    if turns is None:
+        turns = services.history_index = HistoryIndex(services.store)
+    if turns.embedder_settings != settings:  # the same embedder (and model thread) as the memory files'
+        turns.set_embedder(found.index.embedder)
+        turns.embedder_settings = settings
     return found
+
+
+def history_index(services: Any) -> HistoryIndex:
+    """This bot's index of stored turns, its embedder matching the settings in force."""
+    searcher(services)
+    assert services.history_index is not None
+    return services.history_index
 
 
 @hookimpl
 def register_tools(services) -> None:
     """Attach this bot's search before any tool runs (memory_search itself is registered by ``tools``)."""
     searcher(services)
+
+
+@hookimpl
+def after_reply(services) -> None:
+    """Wake the turn indexer: the turn's messages are embedded in the background, after the reply (and the
+    indexer started, catching up on what was stored while the bot was down)."""
+    history_index(services).wake()
 
 
 @hookimpl
@@ -82,8 +105,11 @@ async def wait_indexed(services: Any) -> None:
 
 @hookimpl
 async def stopping(services) -> None:
-    """At a stop, after the last summaries: what they wrote is indexed before the database closes."""
+    """At a stop, after the last summaries: what they wrote is indexed before the database closes; the turn
+    indexer stops (what it has not embedded yet waits for the next start)."""
     await wait_indexed(services)
+    if services.history_index is not None:
+        await services.history_index.stop()
 
 
 def _indexed(task: asyncio.Task) -> None:

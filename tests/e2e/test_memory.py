@@ -86,3 +86,42 @@ def test_memory_search_finds_what_an_operator_appends_and_searches_leave_the_que
         finally:
             assert proc.stop() == 0
         assert "Traceback" not in proc.log()
+
+
+def wait_reply(api: FakeTelegramAPI, chat: int, answer: str) -> None:
+    deadline = time.monotonic() + 30
+    while answer not in api.chat_texts(chat):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chat {chat}: {api.chat_texts(chat)}")
+        time.sleep(0.02)
+
+
+def test_history_search_finds_by_meaning_a_turn_that_shares_no_word_and_not_when_off(tmp_path):
+    """Default settings: a reply wakes the turn indexer, which embeds the turn in the background; a later
+    history_search for "what is my job?" finds "I work as a nurse …", with which it shares no word. With
+    ``memory_embedding_model`` off the same search finds nothing (words only) and nothing is embedded."""
+    for model, chat in (("local", 5101), ("", 5102)):
+        folder = tmp_path / (model or "off")
+        folder.mkdir()
+        with FakeTelegramAPI(username="fake_test_bot") as api, FakeOpenAIServer() as llm:
+            proc = BotProcess(folder, channel_type="telegram", telegram_bot_token=api.token,
+                              telegram_base_url=api.base_url, telegram_rate_limit=False,
+                              open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data",
+                              memory_embedding_model=model).start()
+            try:
+                llm.enqueue_stream("Noted.")
+                api.push_text(chat, "I work as a nurse at the city hospital", user_id=chat, first_name="Alice")
+                wait_reply(api, chat, "Noted.")
+                if model:
+                    proc.wait_for_log(" messages embedded")
+                found = ask(api, llm, chat, "what do I do for a living?", "history_search",
+                            '{"query": "what is my job?"}', "A nurse.")
+            finally:
+                assert proc.stop() == 0
+            assert "Traceback" not in proc.log()
+        if model:
+            assert "user: I work as a nurse at the city hospital" in found.splitlines()[0]
+            assert "what do I do for a living" not in found  # never the question being answered
+        else:
+            assert found == "No messages in this conversation's history match 'what is my job?'."
+            assert "history index" not in proc.log()

@@ -32,7 +32,7 @@ async def test_forget_deletes_rows_and_files_of_one_session(store, tmp_path: Pat
     report = await forget_session(store, memory, A)
     # usage rows stay (memory/forget.py KEPT_TABLES); reminders go with their session (DESIGN §12)
     assert report.rows == {"memory_chunks": 2, "summary_jobs": 1, "messages": 2, "inbox": 1, "reminders": 0,
-                           "sessions": 1}
+                           "message_vectors": 0, "sessions": 1}
     assert report.files == sorted([f"{memory.today()}.md", "MEMORY.md"])
     assert report.describe() == ("Deleted for good: 2 stored messages, 1 daily memory file, the long-term notes "
                                  "(MEMORY.md), 2 search index entries, 2 other records.")

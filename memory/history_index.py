@@ -1,0 +1,272 @@
+"""The whole history, searchable by meaning: every stored user and assistant message gets an embedding, and
+``history_search`` ranks by words and by meaning together (as ``memory_search`` does for the memory files).
+
+**Indexing** runs in one background task (:meth:`HistoryIndex.start`), never on a turn's path: it reads
+the messages that have no vector yet (store/message_vectors.py: the database is the queue, so it is
+bounded, survives restarts and needs no memory), embeds them a small batch at a time on the embedding
+model's own thread and stores int8 vectors. A reply wakes it (the ``after_reply`` hook of the
+``memory_index`` plugin); otherwise it looks again every :data:`IDLE_SECONDS`. A message is embedded with
+the turn before it (who said what in answer to what: "Yes, last June" means little alone), its own text
+cut at :data:`EMBED_CHARS`; tool calls and tool results are not embedded. With
+``memory_embedding_model`` off nothing is embedded and ``history_search`` stays full-text.
+
+**Searching**: the database's full-text ranking (store/history_search.py) and a scan of the session's
+vectors run side by side, then reciprocal rank fusion (memory/ranking.py). A session's vectors are loaded
+into one int8 matrix on its first search and kept in step (only the rows added since are read); the
+matrices of the sessions searched last are kept up to :data:`CACHE_BYTES` together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core import heap
+from memory.embeddings import BaseEmbedder, quantise
+from memory.ranking import fuse, top
+from store import message_vectors as mv
+from store.history_search import HistoryHit, history_hits, message_text, rank_history
+
+logger = logging.getLogger(__name__)
+
+#: Messages embedded per batch (one batch is a few hundred milliseconds of one core with the local model).
+BATCH = 16
+#: Seconds the indexer waits for a reply's wake-up before it looks for unindexed messages again.
+IDLE_SECONDS = 30.0
+#: Seconds the indexer waits after a failure (the database or the embeddings endpoint away).
+RETRY_SECONDS = 30.0
+#: Characters of a message embedded, and of the turn before it.
+EMBED_CHARS = 1000
+CONTEXT_CHARS = 300
+#: Candidates each ranking brings to the fusion.
+CANDIDATES = 50
+#: The fusion's constant: small, so the head of each ranking counts most (on LoCoMo, 5 finds the evidence of 67%
+#: of the questions in the first 5 hits, 60, memory_search's, 61%: bench/memory_locomo.py, BENCHMARKS.md).
+RRF_K = 5
+#: Bytes of session matrices kept in memory together (the session searched last is kept whatever its size).
+CACHE_BYTES = 48 * 1024 * 1024
+
+
+def embed_text(message: mv.PendingMessage) -> str:
+    """What is embedded for a stored message: the turn before it, then the message (``""``: nothing to embed)."""
+    body = " ".join(message_text(message.content).split())[:EMBED_CHARS]
+    if not body:
+        return ""
+    previous = " ".join(message_text(message.previous).split())[:CONTEXT_CHARS] if message.previous else ""
+    return f"{previous}\n{body}" if previous else body
+
+
+@dataclass
+class SessionVectors:
+    """One session's vectors as an int8 matrix that grows in place, with each row's seq and scale."""
+
+    dim: int
+    low_id: int = 0
+    high_id: int = 0
+    size: int = 0
+    seqs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    scales: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int8))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held (capacity, not only the rows in use)."""
+        return self.seqs.nbytes + self.scales.nbytes + self.matrix.nbytes
+
+    def extend(self, rows: mv.VectorRows) -> None:
+        """Append rows (newer messages than any held)."""
+        n = len(rows.ids)
+        if not n:
+            return
+        if self.size + n > len(self.seqs):
+            capacity = max(self.size + n, int(len(self.seqs) * 1.5), 64)
+            self.seqs = np.resize(self.seqs, capacity)
+            self.scales = np.resize(self.scales, capacity)
+            grown = np.zeros((capacity, self.dim), dtype=np.int8)
+            if self.size:
+                grown[:self.size] = self.matrix[:self.size]
+            self.matrix = grown
+        end = self.size + n
+        self.seqs[self.size:end] = rows.seqs
+        self.scales[self.size:end] = rows.scales
+        self.matrix[self.size:end] = np.frombuffer(b"".join(rows.vectors), dtype=np.int8).reshape(n, self.dim)
+        self.size = end
+        self.low_id = self.low_id or rows.ids[0]
+        self.high_id = rows.ids[-1]
+
+    def ranking(self, query: np.ndarray, before_seq: int | None, limit: int = CANDIDATES) -> list[int]:
+        """Seqs by cosine similarity to ``query`` (a unit vector), best first; only seqs before ``before_seq``."""
+        if not self.size or query.shape[-1] != self.dim:
+            return []
+        n = int(np.searchsorted(self.seqs[:self.size], before_seq)) if before_seq else self.size
+        q8, _ = quantise(query[None, :])
+        # int8 rows times the int8 query, summed in int32: a quarter of float32's memory, and no float copy
+        sims = np.einsum("ij,j->i", self.matrix[:n], q8[0], dtype=np.int32, casting="unsafe")
+        scores = sims.astype(np.float32) * self.scales[:n]
+        return [int(self.seqs[i]) for i in top(scores, limit, above=float("-inf"))]
+
+
+class HistoryIndex:
+    """The vectors of every stored turn: the background indexer and the hybrid search over them."""
+
+    def __init__(self, store: Any, embedder: BaseEmbedder | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        #: the settings the embedder was built from (the memory_index plugin compares them)
+        self.embedder_settings: tuple[str, str, str] | None = None
+        self._cache: OrderedDict[str, SessionVectors] = OrderedDict()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        #: the model whose name the stored vectors were last checked against (those of another are deleted)
+        self._checked_model = ""
+
+    @property
+    def model_name(self) -> str:
+        """The embedding model's name ("" when semantic search is off)."""
+        return self.embedder.name if self.embedder is not None else ""
+
+    def set_embedder(self, embedder: BaseEmbedder | None) -> None:
+        """Use another embedder (a change of ``memory_embedding_model``): the cached matrices go, and the
+        indexer embeds the stored messages again (:meth:`start`)."""
+        self.embedder = embedder
+        self._cache.clear()
+
+    # --- the indexer ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background indexer (nothing when semantic search is off or it runs already)."""
+        if self.embedder is None or (self._task is not None and not self._task.done()):
+            return
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="history index")
+
+    def wake(self) -> None:
+        """New messages were stored: index them soon (starts the indexer when it is not running)."""
+        self.start()
+        if self._wake is not None:
+            self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop the indexer (at a stop, before the database closes); unindexed messages wait for the next start."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def index_pending(self, limit: int = BATCH) -> int:
+        """Embed and store one batch of messages without a vector; the messages handled (0: none waiting)."""
+        embedder = self.embedder
+        if embedder is None:
+            return 0
+        waiting = await self.store.database.run_long(mv.pending, limit)
+        if not waiting:
+            return 0
+        texts = [embed_text(m) for m in waiting]
+        full = [i for i, t in enumerate(texts) if t]
+        vectors = await embedder.embed([texts[i] for i in full]) if full else np.zeros((0, 0), dtype=np.float32)
+        q8, scales = quantise(vectors) if full else (np.zeros((0, 0), dtype=np.int8), np.zeros(0, dtype=np.float32))
+        rows: list[tuple[mv.PendingMessage, float, bytes]] = [(m, 0.0, b"") for m in waiting]
+        for row, i in enumerate(full):
+            rows[i] = (waiting[i], float(scales[row]), q8[row].tobytes())
+        await self.store.run(mv.save, embedder.name, rows)
+        return len(waiting)
+
+    async def catch_up(self) -> int:
+        """Index every message without a vector now (tests, benchmarks); the messages handled."""
+        if self.embedder is not None and self._checked_model != self.embedder.name:
+            # once per model and process: this scans the table
+            while await self.store.run(mv.drop_other_models, self.embedder.name):
+                pass
+            self._checked_model = self.embedder.name
+        done = 0
+        while n := await self.index_pending():
+            done += n
+        return done
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        while True:
+            if self.store.database is None:  # the store was closed without stopping the indexer first
+                return
+            try:
+                done = await self.catch_up()
+                if done:
+                    logger.info("history index: %d messages embedded", done)
+                    await asyncio.to_thread(heap.trim)  # the batches' buffers, before the indexer idles
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the indexer outlives an outage; full-text search still answers
+                if self.store.database is None:
+                    return
+                logger.exception("history index: embedding stored messages failed; trying again in %.0f s",
+                                 RETRY_SECONDS)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), IDLE_SECONDS)
+            wake.clear()
+
+    # --- the search -----------------------------------------------------------------------------------
+    async def vectors(self, session_id: str) -> SessionVectors:
+        """The session's matrix, brought up to date with the stored vectors."""
+        low, high = await self.store.run(mv.stamp, session_id)
+        cached = self._cache.get(session_id)
+        if cached is not None and cached.low_id == low and cached.high_id == high:
+            self._cache.move_to_end(session_id)
+            return cached
+        async with self._lock:
+            cached = self._cache.get(session_id)
+            if cached is None or cached.low_id != low:
+                cached = SessionVectors(0)
+            rows = await self.store.database.run_long(mv.load, session_id, self.model_name, cached.high_id)
+            if rows.vectors and len(rows.vectors[0]) != cached.dim:
+                if cached.size:  # another model's width (a change of model): read them all again
+                    cached = SessionVectors(0)
+                    rows = await self.store.database.run_long(mv.load, session_id, self.model_name, 0)
+                cached.dim = len(rows.vectors[0]) if rows.vectors else 0
+            await asyncio.to_thread(cached.extend, rows)
+            cached.low_id, cached.high_id = low, max(high, cached.high_id)
+            self._cache[session_id] = cached
+            self._cache.move_to_end(session_id)
+            while len(self._cache) > 1 and sum(v.nbytes for v in self._cache.values()) > CACHE_BYTES:
+                self._cache.popitem(last=False)
+        return cached
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session's cached matrix (after /forget)."""
+        self._cache.pop(session_id, None)
+
+    async def search(self, session_id: str, query: str, limit: int,
+                     before_seq: int | None = None) -> list[HistoryHit]:
+        """The session's messages best matching ``query`` by words and by meaning, best first; full-text only
+        when semantic search is off or the query cannot be embedded."""
+        if self.embedder is None:
+            return await self.store.search_history(session_id, query, limit, before_seq)
+        # the database ranks by words while the model embeds the query and the session's vectors are scanned
+        held = await self.vectors(session_id)
+        meaning = asyncio.ensure_future(self._meaning(held, session_id, query, before_seq))
+        try:
+            words = await self.store.database.run_long(rank_history, session_id, query, CANDIDATES, before_seq)
+        except BaseException:
+            meaning.cancel()
+            raise
+        order = [seq for seq, _ in fuse(words, await meaning, k=RRF_K)[:limit]]
+        return await self.store.database.run_long(history_hits, session_id, order, query, before_seq)
+
+    async def _meaning(self, held: SessionVectors, session_id: str, query: str, before_seq: int | None) -> list[int]:
+        """The session's seqs by similarity to ``query`` ([] when the query cannot be embedded)."""
+        assert self.embedder is not None
+        try:
+            query_vector = await self.embedder.embed_query(query)
+        except Exception:  # noqa: BLE001 - the words still answer
+            logger.exception("session %s: embedding a history query failed; full-text search only", session_id)
+            return []
+        return await asyncio.to_thread(held.ranking, query_vector, before_seq)

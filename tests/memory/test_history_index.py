@@ -1,0 +1,277 @@
+"""The index of stored turns (memory/history_index.py over store/message_vectors.py), on SQLite and PostgreSQL:
+what is embedded, catching up after a restart, the hybrid search, deletion with the session, the cache."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory import history_index as hi
+from memory.embeddings import BaseEmbedder, normalise, quantise
+from memory.forget import delete_session_history
+from memory.history_index import HistoryIndex, SessionVectors, embed_text
+from store import message_vectors as mv
+from store.conversations import ConversationStore, SessionInfo
+
+A, B = "telegram:1", "telegram:2"
+#: words that mean the same to the fake model: one direction each
+TOPICS = [("job", "work", "nurse", "hospital"), ("pet", "cat", "dog", "tom"), ("trip", "flight", "travel", "lisbon")]
+
+
+class TopicEmbedder(BaseEmbedder):
+    """A model that knows three topics: a text's vector counts the words of each (plus a little of itself), so
+    "what is my job?" is near "I work as a nurse" without a word in common. Records what it embeds."""
+
+    name = "topics-8"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.queries: list[str] = []
+        self.fail = False
+
+    def vector(self, text: str) -> np.ndarray:
+        words = text.lower().replace("?", " ").replace(".", " ").replace(",", " ").split()
+        v = np.zeros(self.dim, dtype=np.float32)
+        for i, topic in enumerate(TOPICS):
+            v[i] = sum(w in topic for w in words)
+        v[7] = 0.1
+        return v
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if self.fail:
+            raise ConnectionError("embedder down")
+        self.texts.extend(texts)
+        return normalise(np.array([self.vector(t) for t in texts]))
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        if self.fail:
+            raise ConnectionError("embedder down")
+        self.queries.append(text)
+        return normalise(self.vector(text))[0]
+
+
+def user(t: str) -> dict[str, Any]:
+    return {"role": "user", "content": t}
+
+
+def assistant(t: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": t}
+
+
+async def seed(store: ConversationStore) -> None:
+    for sid in (A, B):
+        await store.ensure_session(SessionInfo(sid, "telegram", sid.split(":")[1]))
+    await store.append(A, [user("I work as a nurse at the city hospital"), assistant("That sounds demanding.")])
+    await store.append(A, [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "web_fetch", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a page about cats and dogs " * 50},
+        assistant("The page is about pets.")])
+    await store.append(B, [user("My cat is called Tom"), assistant("ok")])
+    await store.append(A, [user("Next month I fly to Lisbon"), assistant("Have a good flight!")])
+
+
+async def vector_rows(store: ConversationStore, session_id: str) -> list[tuple[int, float, int]]:
+    """(seq, scale, vector bytes) of the session's rows."""
+    from sqlalchemy import text
+
+    rows = await store.run(lambda c: c.execute(text(
+        "SELECT seq, scale, vector FROM message_vectors WHERE session_id = :s ORDER BY seq"), {"s": session_id}).all())
+    return [(seq, scale, len(vector)) for seq, scale, vector in rows]
+
+
+async def test_user_and_assistant_text_is_embedded_with_the_turn_before_not_tool_output(store) -> None:
+    await seed(store)
+    model = TopicEmbedder()
+    index = HistoryIndex(store, model)
+    assert await index.catch_up() == 8  # 6 in A (the tool result is not picked), 2 in B
+    assert await index.catch_up() == 0  # nothing twice
+    assert model.texts[:2] == ["I work as a nurse at the city hospital",
+                               "I work as a nurse at the city hospital\nThat sounds demanding."]
+    assert "The page is about pets." in model.texts[2]  # after the tool call, with the turn before it
+    assert not any("a page about cats" in t for t in model.texts)  # tool output is never embedded
+    rows = await vector_rows(store, A)
+    # seq 3, the tool call without text, has a row with an empty vector: it is not picked again
+    assert [(seq, length) for seq, _, length in rows] == [(1, 8), (2, 8), (3, 0), (5, 8), (6, 8), (7, 8)]
+    assert all(scale > 0 for seq, scale, _ in rows if seq != 3)
+    assert await store.run(mv.count) == 8
+
+
+async def test_a_new_indexer_catches_up_on_what_was_stored_while_it_was_down(store) -> None:
+    await seed(store)
+    assert await HistoryIndex(store, TopicEmbedder()).catch_up() == 8
+    await store.append(A, [user("My dog is Rex"), assistant("Hi Rex!")])
+    later = TopicEmbedder()  # a restart: a new process, nothing queued in memory
+    assert await HistoryIndex(store, later).catch_up() == 2
+    assert later.texts == ["Have a good flight!\nMy dog is Rex", "My dog is Rex\nHi Rex!"]
+
+
+async def test_meaning_finds_what_words_miss_and_words_still_count(store) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    await index.catch_up()
+    assert await store.search_history(A, "what is my job?", 10) == []  # no word in common
+    hits = await index.search(A, "what is my job?", 5)
+    assert hits[0].seq == 1 and hits[0].passage == "I work as a nurse at the city hospital"
+    assert hits[0].after is not None and hits[0].after.text == "That sounds demanding."
+    assert hits[0].created_at.tzinfo is not None
+    # a word match and a meaning match agree: first
+    assert (await index.search(A, "Lisbon travel", 5))[0].seq == 6
+    # one session only: B's cat is not in A's results
+    assert all(h.passage != "My cat is called Tom" for h in await index.search(A, "my pet", 10))
+    assert (await index.search(B, "my pet", 10))[0].passage == "My cat is called Tom"
+
+
+async def test_the_turn_being_answered_is_never_found(store) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    assert await store.append(A, [user("what is my job?")]) == [8]  # the question being answered
+    await index.catch_up()
+    hits = await index.search(A, "what is my job?", 10, before_seq=8)
+    assert hits and all(h.seq < 8 for h in hits)
+    assert all(h.after is None or h.after.seq < 8 for h in hits)
+    # without the limit it would be its own best answer
+    assert (await index.search(A, "what is my job?", 10))[0].seq == 8
+
+
+async def test_off_or_failing_model_leaves_the_full_text_search(store) -> None:
+    await seed(store)
+    off = HistoryIndex(store, None)
+    assert await off.catch_up() == 0 and await store.run(mv.count) == 0
+    assert await off.search(A, "what is my job?", 5) == []
+    words = await store.search_history(A, "Lisbon", 5)
+    assert [h.seq for h in await off.search(A, "Lisbon", 5)] == [h.seq for h in words] == [6]
+    down = TopicEmbedder()
+    index = HistoryIndex(store, down)
+    down.fail = True
+    with pytest.raises(ConnectionError):
+        await index.catch_up()
+    assert await store.run(mv.count) == 0  # nothing half-written
+    assert [h.seq for h in await index.search(A, "Lisbon", 5)] == [6]  # the words still answer
+    down.fail = False
+    assert await index.catch_up() == 8
+
+
+async def test_vectors_go_with_their_session_and_the_cache_follows(store) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    await index.catch_up()
+    assert (await index.search(A, "what is my job?", 5))[0].passage.startswith("I work as a nurse")
+    rows = await store.run(delete_session_history, A)  # /forget
+    assert rows["message_vectors"] == 6
+    assert await store.run(mv.count, A) == 0 and await store.run(mv.count, B) == 2
+    # the same session again, new words at the old seqs: the cached matrix is not used for them
+    await store.ensure_session(SessionInfo(A, "telegram", "1"))
+    await store.append(A, [user("I love my cat"), assistant("Cats are great.")])
+    await index.catch_up()
+    hits = await index.search(A, "what is my job?", 5)
+    assert [h.passage for h in hits] and all("nurse" not in h.passage for h in hits)
+    # deleting the messages (cleanup) deletes their vectors: the foreign key cascades on both databases
+    await store.run(lambda c: c.exec_driver_sql("DELETE FROM messages WHERE session_id = 'telegram:2'"))
+    assert await store.run(mv.count, B) == 0
+
+
+async def test_cleanup_deletes_the_vectors_of_expired_sessions(store) -> None:
+    await seed(store)
+    await HistoryIndex(store, TopicEmbedder()).catch_up()
+    later = datetime.now(UTC) + timedelta(days=400)
+    sessions, messages = await store.delete_expired_sessions(later)
+    assert sessions == 2 and messages == 9
+    assert await store.run(mv.count) == 0
+
+
+async def test_a_change_of_model_embeds_everything_again(store) -> None:
+    await seed(store)
+    await HistoryIndex(store, TopicEmbedder()).catch_up()
+
+    class Other(TopicEmbedder):
+        name = "topics-other"
+
+    index = HistoryIndex(store, Other())
+    assert await index.catch_up() == 8
+    assert await store.run(mv.count) == 8
+    assert (await index.search(A, "what is my job?", 5))[0].seq == 1
+
+
+async def test_the_indexer_runs_in_the_background_and_a_reply_wakes_it(store, monkeypatch) -> None:
+    import asyncio
+
+    monkeypatch.setattr(hi, "IDLE_SECONDS", 60.0)
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    index.wake()
+    for _ in range(500):
+        if await store.run(mv.count) == 8:
+            break
+        await asyncio.sleep(0.01)
+    assert await store.run(mv.count) == 8
+    await store.append(A, [user("My dog is Rex")])
+    index.wake()  # what after_reply does
+    for _ in range(500):
+        if await store.run(mv.count) == 9:
+            break
+        await asyncio.sleep(0.01)
+    assert await store.run(mv.count) == 9
+    await index.stop()
+    assert index._task is None
+    off = HistoryIndex(store, None)
+    off.wake()  # semantic search off: no indexer
+    assert off._task is None
+
+
+def test_int8_vectors_rank_as_float_ones() -> None:
+    rng = np.random.default_rng(7)
+    vectors = normalise(rng.normal(size=(500, 384)))
+    query = normalise(vectors[42] + 0.3 * rng.normal(size=384))[0]
+    q8, scales = quantise(vectors)
+    assert q8.dtype == np.int8 and np.abs(q8).max() == 127
+    np.testing.assert_allclose(q8 * scales[:, None], vectors, atol=float(scales.max()))
+    held = SessionVectors(384)
+    held.extend(mv.VectorRows(list(range(1, 501)), list(range(1, 501)), scales.tolist(),
+                              [row.tobytes() for row in q8]))
+    exact = (np.argsort(-(vectors @ query))[:10] + 1).tolist()
+    assert held.ranking(query, None, 10)[:5] == exact[:5]
+    assert held.ranking(query, 43, 10)[0] != 43 and max(held.ranking(query, 43, 10)) < 43
+    assert held.nbytes >= 500 * 384
+
+
+def test_embed_text_caps_the_message_and_its_context() -> None:
+    long = "x" * 5000
+    message = mv.PendingMessage(1, A, 2, "assistant", {"role": "assistant", "content": long},
+                                {"role": "user", "content": "y" * 900})
+    text = embed_text(message)
+    assert text == "y" * hi.CONTEXT_CHARS + "\n" + "x" * hi.EMBED_CHARS
+    assert embed_text(mv.PendingMessage(1, A, 1, "assistant", {"role": "assistant", "content": None})) == ""
+
+
+async def test_the_cache_keeps_sessions_within_its_bytes(store, monkeypatch) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    await index.catch_up()
+    monkeypatch.setattr(hi, "CACHE_BYTES", 1)
+    await index.search(A, "job", 5)
+    await index.search(B, "pet", 5)
+    assert list(index._cache) == [B]  # the one searched last is kept, whatever its size
+
+
+async def test_the_indexer_ends_quietly_when_the_store_is_closed_under_it(db_url, caplog) -> None:
+    import asyncio
+    import logging
+
+    store = ConversationStore(db_url)
+    await store.open()
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    index.wake()
+    await store.close()  # a stop that did not stop the indexer first
+    with caplog.at_level(logging.ERROR, logger="memory.history_index"):
+        for _ in range(200):
+            if index._task is not None and index._task.done():
+                break
+            await asyncio.sleep(0.01)
+    assert index._task is not None and index._task.done() and index._task.exception() is None
+    assert not caplog.records
