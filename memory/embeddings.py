@@ -151,8 +151,13 @@ class LocalEmbedder(BaseEmbedder):
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Embed in the model's own worker thread: loading and the forward pass are CPU work that must stall
-        neither the loop nor the shared thread pool."""
-        return await asyncio.get_running_loop().run_in_executor(_PASSAGES, self.embed_sync, texts)
+        neither the loop nor the shared thread pool. One engine batch per call into the worker, so a stop (or a
+        cancelled indexer) waits for one small batch at most, not for a whole list of passages."""
+        loop = asyncio.get_running_loop()
+        step = E5Model.batch
+        parts = [await loop.run_in_executor(_PASSAGES, self.embed_sync, texts[i:i + step])
+                 for i in range(0, len(texts), step)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
 
     async def embed_query(self, text: str) -> np.ndarray:
         """A search question, on its own worker: it does not queue behind passages waiting to be indexed."""

@@ -4,6 +4,7 @@ due reminder exactly once, even with several stores (processes) racing for it.""
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -114,9 +115,14 @@ async def test_several_processes_fire_each_reminder_exactly_once(store: Conversa
     for other in others:
         await other.open()
     try:
-        async def process(s: ConversationStore) -> int:
+        ready = asyncio.Barrier(3)
+
+        async def process(s: ConversationStore, seed: int) -> int:
             rs = Reminders(s)
             due = await rs.due(NOW, ["telegram"], limit=100)
+            # each in its own order (in the same order, the first to claim one is first to reach the next)
+            random.Random(seed).shuffle(due)
+            await ready.wait()  # all three hold the same 60 due reminders before any of them fires one
             fired = 0
             for r in due:
                 nxt = NOW + timedelta(days=1) if r.every else None
@@ -126,7 +132,7 @@ async def test_several_processes_fire_each_reminder_exactly_once(store: Conversa
                 await asyncio.sleep(0)
             return fired
 
-        counts = await asyncio.gather(*(process(s) for s in [store, *others]))
+        counts = await asyncio.gather(*(process(s, n) for n, s in enumerate([store, *others])))
     finally:
         for other in others:
             await other.close()
