@@ -155,6 +155,7 @@ def test_a_line_the_private_chat_prefix_ignores_gets_a_one_line_hint(tmp_path, o
         expect(child, "you>")
         child.send("bot hello\r")
         expect(child, "bot> echo: hello\r\n")
+        expect(child, "you>")  # a Ctrl-D typed before the next prompt reads is taken by the terminal, not the bot
         child.sendcontrol("d")
         expect(child, pexpect.EOF)
     finally:
