@@ -18,7 +18,7 @@ from aiohttp import web
 
 from console.server import console_of
 from memory.daily import FILE_LOCKS, LONG_TERM_FILE, session_dir_name
-from memory.notes import NOTES_MAX_CHARS, write_atomic
+from memory.notes import NOTES_MAX_CHARS, read_note_file, write_atomic
 from memory.person import PEOPLE_DIR, PERSON_FILE, PERSON_MAX_CHARS
 
 logger = logging.getLogger(__name__)
@@ -53,13 +53,6 @@ def digest(text: str | None) -> str:
     return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def _read(path: Path) -> str | None:
-    if path.is_symlink():
-        return None
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
 
 
 def scan(services: Any, names: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -108,7 +101,7 @@ async def edit_form(request: web.Request) -> web.StreamResponse:
     console = console_of(request)
     kind, folder = request.query.get("kind", ""), request.query.get("dir", "")
     path, cap = note_path(console.services, kind, folder)
-    text = await asyncio.to_thread(_read, path)
+    text = await asyncio.to_thread(read_note_file, path)
     sid = await _session_of(console.services, folder) if kind == "session" else None
     return console.render(request, "memory_edit.html", title=_label(kind, folder, sid), kind=kind, folder=folder,
                           text=text or "", cap=cap, digest=digest(text), exists=text is not None)
@@ -134,7 +127,7 @@ async def save(request: web.Request) -> web.StreamResponse:
         return again(f"Not saved: the notes are {len(text):,} characters long; at most {cap:,} fit. "
                      "Shorten them and save again.")
     async with FILE_LOCKS.hold(path.resolve()):
-        current = await asyncio.to_thread(_read, path)
+        current = await asyncio.to_thread(read_note_file, path)
         if digest(current) != loaded:
             return again("Not saved: the file changed since this page was loaded (the bot may have written a "
                          "note). Copy your text, reload the page, and apply your change again.", status=409)

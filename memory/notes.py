@@ -77,6 +77,17 @@ def write_atomic(path: Path, text: str) -> None:
 _write_atomic = write_atomic  # the web console's name for it
 
 
+def read_note_file(path: Path) -> str | None:
+    """A notes file's text (MEMORY.md, PERSON.md), or None when it is missing or a symbolic link (never read
+    through one)."""
+    if path.is_symlink():
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def lock_key(path: Path) -> Path:
     """The key of a memory file's lock in ``FILE_LOCKS``: its resolved path."""
     return path.resolve()

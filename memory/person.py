@@ -19,7 +19,7 @@ from pathlib import Path
 from core.records import SessionInfo
 from dispatcher.identity import is_shared_group
 from memory.daily import FILE_LOCKS, FileCache, cut_notes, session_dir_name
-from memory.notes import NOTES_MAX_CHARS, NoteResult, append_line, lock_key, write_atomic
+from memory.notes import NOTES_MAX_CHARS, NoteResult, append_line, lock_key, read_note_file, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -136,17 +136,10 @@ class PersonNotes:
             return 0
         if not folder.is_dir():
             return 0
-        count = len(note_lines(_read(folder / PERSON_FILE)))
+        count = len(note_lines(read_note_file(folder / PERSON_FILE)))
         shutil.rmtree(folder)
         self._cache.drop(person)
         logger.info("person %s: notes deleted (%d)", person, count)
         return count
 
 
-def _read(path: Path) -> str | None:
-    if path.is_symlink():
-        return None
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
