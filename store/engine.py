@@ -68,18 +68,43 @@ class Database:
     def __init__(self, url: str) -> None:
         self.dialect = url.split(":", 1)[0].split("+", 1)[0]
         self.engine: Any = create_async_engine(url, **POSTGRES_POOL)
+        #: transactions whose callers were cancelled: they finish on their own (see :meth:`run`)
+        self._orphans: set[asyncio.Task[Any]] = set()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(conn, *args)`` on a SQLAlchemy ``Connection`` in one transaction; return its result."""
+        """Run ``fn(conn, *args)`` on a SQLAlchemy ``Connection`` in one transaction; return its result.
+
+        A caller cancelled meanwhile (a turn cut at shutdown, a "still working" note no longer needed) does not
+        cancel the transaction: it commits or rolls back on its own and gives its connection back to the pool.
+        Cancelled inside SQLAlchemy's checkout or commit, the connection could be neither closed nor returned and
+        would leak (sqlalchemy#8145, #12077). It is what SQLite's worker thread does too: a job once handed over
+        runs to its end."""
+        task = asyncio.ensure_future(self._transaction(fn, *args))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                self._orphans.add(task)
+                task.add_done_callback(self._orphan_done)
+            raise
+
+    async def _transaction(self, fn: Callable[..., T], *args: Any) -> T:
         async with self.engine.begin() as conn:
             return await conn.run_sync(fn, *args)
+
+    def _orphan_done(self, task: asyncio.Task[Any]) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("a transaction whose caller was cancelled failed: %s", task.exception())
 
     async def run_long(self, fn: Callable[..., T], *args: Any) -> T:
         """:meth:`run`, for work that may take a while (PostgreSQL never runs on the loop anyway)."""
         return await self.run(fn, *args)
 
-    async def close(self) -> None:
-        """Close every connection."""
+    async def close(self, grace: float = 5.0) -> None:
+        """Close every connection, once the transactions of cancelled callers are over (up to ``grace`` s)."""
+        if self._orphans:
+            await asyncio.wait(set(self._orphans), timeout=grace)
         await self.engine.dispose()
 
 

@@ -109,7 +109,13 @@ class PluginBot:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Stop as app.py does: the turns, the summaries, the plugins' last work (the memory and history indexers),
+        then the database. A task left running on a closed loop would drop its pooled connection unclosed."""
         await self.dispatcher.drain(5)
+        drain = getattr(self.summarizer, "drain", None)
+        if drain is not None:
+            await drain(5)
+        await self.manager.stopping()
         await self.store.close()
 
     async def say(self, text: str, *, terminal: bool = False, **kw: Any) -> str:
