@@ -7,6 +7,9 @@
 - A **voice note** is downloaded and transcribed with ``speech_to_text_model`` at the endpoint's
   ``/audio/transcriptions``; the transcript is the user's message, stored as text with ``"voice": true``, and a
   short transcript is echoed before the answer (``heard: "…"``). Transcription off or failing: a short note.
+  A channel whose platform transcribes voice itself (WeChat's ``voice_item.text``) hands that transcript over in
+  ``extra["transcript"]``, and it is used as is; one whose audio no transcription model takes (WeChat's SILK,
+  ``extra["audio_format"]``) and that came without a transcript gets a short note.
 
 Nothing here is kept in memory past the call, and a failure is a short note to the user, never a lost turn.
 """
@@ -42,6 +45,10 @@ VOICE_OFF = "Voice messages are not transcribed here (speech_to_text_model is of
 VOICE_NO_ENDPOINT = "Voice messages cannot be transcribed: no model endpoint is configured. Please type your message."
 VOICE_FAILED = "I could not transcribe that voice message ({why}). Please try again, or type it."
 VOICE_EMPTY = "I could not make out any words in that voice message. Please try again, or type it."
+VOICE_FORMAT = ("I could not transcribe that voice message: it came without a transcript, and its audio ({format}) "
+                "is not a format transcription models take. Please type your message.")
+#: audio formats ``/audio/transcriptions`` takes (OpenAI's list; Whisper servers take the same), by file suffix
+TRANSCRIBABLE = frozenset({"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"})
 NOT_SUPPORTED = "This chat cannot fetch photos or voice messages yet. Please type what you would like to say."
 
 
@@ -112,21 +119,32 @@ class MediaIntake:
         return Prepared(text=text, keys={"image": image})
 
     async def _voice(self, msg: IncomingMessage, channel: Any) -> Prepared:
+        platform_transcript = str(msg.extra.get("transcript") or "").strip()
+        if platform_transcript:  # the platform transcribed it already (WeChat does): no download, no model call
+            return self._heard(msg, platform_transcript)
         cfg = self.config()
         model = cfg.speech_to_text_model
         if not model:
             return Prepared(reply=VOICE_OFF)
+        audio = str(msg.extra.get("audio_format") or "ogg")
+        if audio not in TRANSCRIBABLE:
+            return Prepared(reply=VOICE_FORMAT.format(format=audio.upper()))
         if not isinstance(self.llm, Transcriber):  # no key and no endpoint (agent/llm.py UnconfiguredLLM)
             return Prepared(reply=VOICE_NO_ENDPOINT)
         try:
             data = await self._download(msg, channel)
             if data is None:
                 return Prepared(reply=NOT_SUPPORTED)
-            transcript = await self.llm.transcribe(data, filename="voice.ogg", model=model)
+            transcript = await self.llm.transcribe(data, filename=f"voice.{audio}", model=model)
         except Exception as exc:  # noqa: BLE001 - any failure is a short note; the log has the reason
             logger.warning("voice message %s could not be transcribed with %s: %s: %s", msg.message_id, model,
                            type(exc).__name__, exc)
             return Prepared(reply=VOICE_FAILED.format(why=_why(exc)))
+        return self._heard(msg, transcript)
+
+    @staticmethod
+    def _heard(msg: IncomingMessage, transcript: str) -> Prepared:
+        """The turn of a voice message whose words are ``transcript``."""
         transcript = " ".join(transcript.split())
         if not transcript:
             return Prepared(reply=VOICE_EMPTY)

@@ -14,6 +14,11 @@ the ``context_token`` of the message it answers and a fresh ``client_id``. "typi
 ticket. Network failures back off (1 s doubling to 30 s) with one log line when the API cannot be reached and
 one when it can again; errcode -14 is one log line and a new QR code.
 
+A photo or voice message keeps its CDN reference in ``IncomingMessage.extra`` (journalled with it, so a restart
+can still fetch it); :meth:`WeixinChannel.download` fetches and decrypts it when its turn comes. A voice message
+carries WeChat's own transcript when WeChat made one, and that is what the bot reads (its SILK audio is no
+format transcription models take).
+
 With several processes on one PostgreSQL database (DESIGN §10) and one shared ``data_dir``, only the elected
 process logs in and polls (``single_receiver``), and any process can send a reply (``answered_anywhere``): it
 reads the login from ``data_dir``, so a process that dies mid-turn is taken over like on Telegram.
@@ -35,6 +40,7 @@ import segno
 from channels.base import BaseChannel
 from channels.registry import register_channel
 from channels.weixin.client import (
+    CDN_BASE_URL,
     FILE_ITEM,
     IMAGE_ITEM,
     LONG_POLL_S,
@@ -57,6 +63,10 @@ logger = logging.getLogger(__name__)
 
 #: what a message that is not text is called in ``IncomingMessage.content_type``
 CONTENT_TYPES = {IMAGE_ITEM: "photo", VOICE_ITEM: "voice", FILE_ITEM: "document", VIDEO_ITEM: "video"}
+#: a voice item's ``encode_type`` as a file suffix (WeChat records SILK unless it says otherwise)
+AUDIO_FORMATS = {1: "pcm", 2: "adpcm", 4: "speex", 5: "amr", 6: "silk", 7: "mp3", 8: "ogg"}
+#: the largest photo or voice message fetched from the CDN
+MAX_MEDIA_BYTES = 20 * 1000 * 1000
 #: backoff after a failed call: first and longest wait, in seconds
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 30.0
 #: a typing ticket is good for about a day; fetch a new one after this many seconds
@@ -76,7 +86,13 @@ def to_incoming(raw: dict[str, Any], channel: str = "weixin") -> IncomingMessage
     texts = [str((item.get("text_item") or {}).get("text") or "") for item in items if item.get("type") == TEXT_ITEM]
     text = "\n".join(t for t in texts if t)
     others = [item.get("type") for item in items if item.get("type") != TEXT_ITEM]
-    content_type = "text" if text or not others else CONTENT_TYPES.get(others[0], "other")
+    extra: dict[str, Any] = {"context_token": str(raw.get("context_token") or "")}
+    media = media_of(items)
+    if media is not None:  # a photo (any text beside it is its caption) or a voice message: fetched later
+        content_type, found = media
+        extra.update(found)
+    else:
+        content_type = "text" if text or not others else CONTENT_TYPES.get(others[0], "other")
     quoted = next((item["ref_msg"] for item in items if isinstance(item.get("ref_msg"), dict)), {})
     quoted_item = quoted.get("message_item") if isinstance(quoted.get("message_item"), dict) else {}
     reply_to_text = str((quoted_item.get("text_item") or {}).get("text") or quoted.get("title") or "")
@@ -86,8 +102,33 @@ def to_incoming(raw: dict[str, Any], channel: str = "weixin") -> IncomingMessage
     when = datetime.fromtimestamp(created / 1000, UTC) if isinstance(created, int | float) and created > 0 \
         else datetime.now(UTC)
     return IncomingMessage(channel=channel, chat_id=sender, user_id=sender, text=text, message_id=str(message_id),
-                           time=when, content_type=content_type, reply_to_text=reply_to_text,
-                           extra={"context_token": str(raw.get("context_token") or "")})
+                           time=when, content_type=content_type, reply_to_text=reply_to_text, extra=extra)
+
+
+def media_of(items: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """A message's photo or voice message as (content type, what fetching it needs, for
+    ``IncomingMessage.extra``); None when it has neither. A photo whose reference cannot be fetched is still a
+    photo (its download fails: a short note)."""
+    for item in items:
+        kind = item.get("type")
+        if kind == IMAGE_ITEM:
+            image = item.get("image_item") if isinstance(item.get("image_item"), dict) else {}
+            ref = _media_ref(image.get("media"))
+            if ref is not None:
+                return "photo", {"media": ref, "aeskey": str(image.get("aeskey") or "")}
+        elif kind == VOICE_ITEM:
+            voice = item.get("voice_item") if isinstance(item.get("voice_item"), dict) else {}
+            audio = AUDIO_FORMATS.get(voice.get("encode_type"), "silk")
+            return "voice", {"media": _media_ref(voice.get("media")) or {},
+                             "transcript": str(voice.get("text") or "").strip(), "audio_format": audio}
+    return None
+
+
+def _media_ref(media: Any) -> dict[str, str] | None:
+    """The parts of a CDN media reference a download needs; None without a download parameter."""
+    if not isinstance(media, dict) or not (media.get("encrypt_query_param") or media.get("full_url")):
+        return None
+    return {key: str(media[key]) for key in ("encrypt_query_param", "aes_key", "full_url") if media.get(key)}
 
 
 class NotLoggedIn(BotError):
@@ -293,6 +334,19 @@ class WeixinChannel(BaseChannel):
         client = self._client()
         data = await asyncio.to_thread(path.read_bytes)
         await client.send_file(to.user_id, filename, data, str(to.extra.get("context_token", "")))
+
+    #: photos and voice messages are fetched from WeChat's CDN (DESIGN §5.1)
+    fetches_media = True
+    #: where a media reference without a ``full_url`` is fetched (WeChat's CDN; tests point it elsewhere)
+    cdn_base_url = CDN_BASE_URL
+
+    async def download(self, msg: IncomingMessage) -> bytes | None:
+        """The photo or voice message's bytes: fetched from WeChat's CDN and decrypted."""
+        media = msg.extra.get("media")
+        if not isinstance(media, dict) or not media:
+            raise ValueError("the message carries no usable reference to its file")
+        return await self._client().download(media, hex_key=str(msg.extra.get("aeskey") or ""),
+                                             limit=MAX_MEDIA_BYTES, cdn_base=self.cdn_base_url)
 
     def _client(self) -> ILinkClient:
         if self.client is None and not self._use_kept_login():

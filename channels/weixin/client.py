@@ -19,6 +19,12 @@ The protocol, as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its p
   "file_item": {"media": {"encrypt_query_param", "aes_key" (base64 of the hex key), "encrypt_type": 1},
   "file_name", "len" (the plain size, a string)}}``.
 
+- a photo or voice message a user sends refers to a file on the CDN: ``image_item``/``voice_item`` ``{"media":
+  {"encrypt_query_param", "aes_key", "full_url"?}}`` (an image may carry its key as ``aeskey``, 32 hex digits;
+  ``aes_key`` is base64 of the 16 key bytes or of their hex), fetched with ``GET <full_url>`` or ``GET
+  <CDN>/download?encrypted_query_param=…`` and decrypted with AES-128-ECB; a voice item may carry WeChat's own
+  transcript as ``text`` (its audio is SILK).
+
 Every POST carries ``AuthorizationType: ilink_bot_token``, ``Authorization: Bearer <bot token>`` and
 ``X-WECHAT-UIN`` (base64 of a random uint32 in decimal). A non-zero ``ret`` or ``errcode`` is an error;
 ``-14`` means WeChat ended the session, and only a new QR login helps (:class:`SessionExpired`).
@@ -36,6 +42,7 @@ token or the QR code's value.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import logging
@@ -87,6 +94,55 @@ def encrypt_file(data: bytes, key: bytes) -> bytes:
     padded = padder.update(data) + padder.finalize()
     encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305 - WeChat's CDN protocol
     return encryptor.update(padded) + encryptor.finalize()
+
+
+def decrypt_file(data: bytes, key: bytes) -> bytes:
+    """The plain bytes of a file WeChat's CDN keeps encrypted (AES-128-ECB, PKCS#7); ValueError when ``data``
+    is not that (wrong key, cut short)."""
+    from cryptography.hazmat.primitives import padding
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    if not data or len(data) % 16:
+        raise ValueError(f"{len(data)} bytes are no AES-128-ECB ciphertext")
+    decryptor = Cipher(algorithms.AES(key), modes.ECB()).decryptor()  # noqa: S305 - WeChat's CDN protocol
+    unpadder = padding.PKCS7(128).unpadder()
+    return unpadder.update(decryptor.update(data) + decryptor.finalize()) + unpadder.finalize()
+
+
+def media_key(media: dict[str, Any], hex_key: str = "") -> bytes:
+    """The AES key of a media reference: an image item's own ``aeskey`` (32 hex digits) when given, else the
+    reference's ``aes_key``, which is base64 of either the 16 key bytes (images) or their 32 hex digits (files,
+    voice, video). ValueError when neither gives 16 bytes."""
+    hex_key = hex_key.strip()
+    if len(hex_key) == 32:
+        try:
+            return bytes.fromhex(hex_key)
+        except ValueError:
+            pass
+    try:
+        decoded = base64.b64decode(str(media.get("aes_key") or ""), validate=True)
+    except (binascii.Error, ValueError):
+        decoded = b""
+    if len(decoded) == 16:
+        return decoded
+    if len(decoded) == 32:
+        try:
+            return bytes.fromhex(decoded.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            pass
+    raise ValueError("the media reference carries no usable AES key")
+
+
+def cdn_download_url(media: dict[str, Any], base: str = CDN_BASE_URL) -> str:
+    """Where a media reference's file is fetched: its ``full_url`` when the server gave one, else the CDN's
+    ``download`` with the reference's ``encrypt_query_param``."""
+    full = str(media.get("full_url") or "").strip()
+    if full:
+        return full
+    param = str(media.get("encrypt_query_param") or "").strip()
+    if not param:
+        raise ValueError("the media reference has no download parameter")
+    return f"{base}/download?encrypted_query_param={quote(param, safe='')}"
 
 
 def cdn_upload_url(upload_param: str, filekey: str, base: str = CDN_BASE_URL) -> str:
@@ -264,6 +320,25 @@ class ILinkClient:
                  "encrypt_type": AES_ECB}
         item = {"type": FILE_ITEM, "file_item": {"media": media, "file_name": filename, "len": str(len(data))}}
         return await self._send_item(to_user_id, item, context_token)
+
+    async def download(self, media: dict[str, Any], *, hex_key: str = "", limit: int,
+                       cdn_base: str = CDN_BASE_URL) -> bytes:
+        """A file a message refers to (``media``: its ``encrypt_query_param``/``full_url`` and ``aes_key``),
+        fetched from WeChat's CDN and decrypted; at most ``limit`` bytes are read (ValueError past that)."""
+        key = media_key(media, hex_key)
+        async with self.session.get(cdn_download_url(media, cdn_base),
+                                    timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_S)) as resp:
+            if resp.status != 200:
+                raise ILinkHTTPError("cdn download", resp.status)
+            declared = resp.content_length
+            if declared is not None and declared > limit + 16:
+                raise ValueError(f"the file is {declared:,} bytes; at most {limit:,} are fetched")
+            encrypted = bytearray()
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                encrypted += chunk
+                if len(encrypted) > limit + 16:
+                    raise ValueError(f"the file is over {limit:,} bytes; at most {limit:,} are fetched")
+        return decrypt_file(bytes(encrypted), key)
 
     async def typing_ticket(self, user_id: str, context_token: str) -> str:
         """The ticket that lets the bot show "typing…" to ``user_id``."""

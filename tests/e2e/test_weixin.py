@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.replies import TEXT_ONLY_REPLY
+from media.intake import PHOTO_FAILED
 from tests.fakes.bot_process import BotProcess
 from tests.fakes.cluster import fresh_schema
 from tests.fakes.ilink_server import FakeILink, decode_cursor, encode_cursor
@@ -155,8 +156,11 @@ def test_session_ended_by_wechat_means_a_new_qr_then_messages_flow(servers, tmp_
     log_in(api, codes=2)
     api.push_text(USER, "after")
     assert api.wait_sent(USER, 2) == ["echo: before", "echo: after"]
+    api.push(USER, [{"type": 4, "file_item": {"media": {"encrypt_query_param": "x", "aes_key": "y"},
+                                              "file_name": "notes.pdf", "len": "10"}}])
+    assert api.wait_sent(USER, 3)[-1] == TEXT_ONLY_REPLY  # a file is not read (photos and voice are)
     api.push(USER, [{"type": 2, "image_item": {"media": {"encrypt_query_param": "x", "aes_key": "y"}}}])
-    assert api.wait_sent(USER, 3)[-1] == TEXT_ONLY_REPLY
+    assert api.wait_sent(USER, 4)[-1] == PHOTO_FAILED.format(why="the download failed")  # the CDN knows no "x"
     assert bot.stop() == 0
     logged = bot.log()
     assert logged.count("WeChat ended the session (errcode -14)") == 1
@@ -228,3 +232,47 @@ def test_stopping_while_the_qr_code_waits_is_a_clean_stop(servers, tmp_path):
     assert bot.stop() == 0
     assert "Traceback" not in everything_logged(bot, tmp_path)
     assert not (tmp_path / "data" / "weixin_account.json").exists()
+
+
+def test_photos_and_voice_messages_from_wechat(tmp_path):
+    """A photo is fetched from WeChat's CDN (the fake's), decrypted, shown to the model once and kept as words;
+    a voice message is read from WeChat's own transcript; one without a transcript (SILK audio) gets a note; an
+    MP3 one without a transcript is transcribed at the endpoint."""
+    from media.intake import VOICE_FORMAT
+    from tests.e2e.test_media import stored
+    from tests.fakes.openai_server import message_text
+    from tests.media.harness import image_parts, jpeg
+
+    with FakeILink(hold_s=2, qr_hold_s=2) as api, FakeOpenAIServer(model="gpt-4o-mini") as llm:
+        bot = start_bot(tmp_path, api, llm, model="gpt-4o-mini")
+        try:
+            log_in(api)
+            llm.enqueue_text("A plain red square.")  # no caption: the answer is the photo's description too
+            api.push_image(USER, jpeg(), key_as="item")
+            assert api.wait_sent(USER, 1) == ["A plain red square."]
+            parts = image_parts(llm.requests[0])
+            assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+            assert len(llm.requests) == 1
+            api.push_voice(USER, text="明天下午三点开会")
+            assert api.wait_sent(USER, 2)[1] == '(heard: "明天下午三点开会")\n\necho: 明天下午三点开会'
+            api.push_voice(USER)  # SILK, and WeChat gave no transcript
+            assert api.wait_sent(USER, 3)[2] == VOICE_FORMAT.format(format="SILK")
+            llm.default_transcript = "an mp3 voice note"
+            api.push_voice(USER, data=b"ID3\x03fake mp3", encode_type=7)
+            assert api.wait_sent(USER, 4)[3] == '(heard: "an mp3 voice note")\n\necho: an mp3 voice note'
+            assert [(t["model"], t["filename"], t["audio"]) for t in llm.transcriptions] == [
+                ("whisper-1", "voice.mp3", b"ID3\x03fake mp3")]
+            messages = stored(tmp_path, f"weixin:{USER}")
+            assert messages[0]["content"] == "[image: A plain red square.]"
+            assert messages[2] == {"role": "user", "content": "明天下午三点开会", "voice": True}
+            assert "base64" not in json.dumps(messages)
+            folder = tmp_path / "data" / "media"
+            assert len([p for p in folder.rglob("*") if p.is_file()]) == 1
+            api.push_text(USER, "what did I send you?")
+            api.wait_sent(USER, 5)
+            assert image_parts(llm.requests[-1]) == []
+            assert "[image: A plain red square.]" in [message_text(m) for m in llm.requests[-1]["messages"]]
+        finally:
+            assert bot.stop() == 0
+        assert "Traceback" not in bot.log()
+        assert api.violations == []

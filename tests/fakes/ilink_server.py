@@ -8,10 +8,12 @@ with an opaque ``get_updates_buf`` cursor and ``longpolling_timeout_ms``), ``sen
 ``sendtyping``; and a file: ``getuploadurl`` (the upload's key, sizes and MD5), the CDN upload of the
 encrypted file (AES-128-ECB, at the ``upload_full_url`` the fake hands out, which answers the download parameter
 in ``x-encrypted-param``) and ``sendmessage`` with one file item referring to it; the decrypted file is
-checked against the declared size and MD5 and kept in :attr:`FakeILink.files`. Every bot call must carry
-``Content-Type: application/json``, ``AuthorizationType: ilink_bot_token``, ``Authorization: Bearer <token>``
-and ``X-WECHAT-UIN`` (base64 of a decimal uint32); a request that does not is answered 400 and recorded in
-:attr:`FakeILink.violations`. A token WeChat ended
+checked against the declared size and MD5 and kept in :attr:`FakeILink.files`. Photos and voice messages a user
+sends (:meth:`FakeILink.push_image`, :meth:`FakeILink.push_voice`) are kept encrypted on the fake CDN
+(``GET /c2c/download?encrypted_query_param=…``), their references carrying the key as WeChat's do.
+Every bot call must carry ``Content-Type: application/json``, ``AuthorizationType: ilink_bot_token``,
+``Authorization: Bearer <token>`` and ``X-WECHAT-UIN`` (base64 of a decimal uint32); a request that does not is
+answered 400 and recorded in :attr:`FakeILink.violations`. A token WeChat ended
 (:meth:`FakeILink.end_session`) is answered ``{"ret": -14, "errcode": -14, "errmsg": "session timeout"}``.
 
 The server runs aiohttp on its own event loop in a background thread, so sync tests (``app.py`` in a
@@ -109,6 +111,9 @@ class FakeILink:
         #: uploads announced by getuploadurl (upload_param -> details), and the uploaded ones by download param
         self.uploads: dict[str, dict[str, Any]] = {}
         self.uploaded: dict[str, dict[str, Any]] = {}
+        #: files users sent, on the fake CDN: download param -> encrypted bytes; and how often each was fetched
+        self.cdn: dict[str, bytes] = {}
+        self.cdn_fetches: dict[str, int] = {}
         #: files the bot sent: {"to", "file_name", "data", "context_token"}
         self.files: list[dict[str, Any]] = []
         #: every request: (method, path)
@@ -155,6 +160,7 @@ class FakeILink:
                               ("getuploadurl", self._getuploadurl)):
             app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
         app.router.add_post("/c2c/upload", self._cdn_upload)
+        app.router.add_get("/c2c/download", self._cdn_download)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -216,6 +222,54 @@ class FakeILink:
     def push_text(self, user_id: str, text: str, **kwargs: Any) -> int:
         """A user sends a text message."""
         return self.push(user_id, [{"type": 1, "text_item": {"text": text}}], **kwargs)
+
+    def put_on_cdn(self, data: bytes) -> tuple[str, bytes]:
+        """Keep ``data`` on the fake CDN, encrypted under a fresh key, as WeChat does with what a user sends;
+        returns (download param, key)."""
+        from cryptography.hazmat.primitives import padding
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        key = secrets.token_bytes(16)
+        padder = padding.PKCS7(128).padder()
+        encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+        encrypted = encryptor.update(padder.update(data) + padder.finalize()) + encryptor.finalize()
+        param = base64.urlsafe_b64encode(secrets.token_bytes(30)).decode()
+        with self._lock:
+            self.cdn[param] = encrypted
+        return param, key
+
+    def media_ref(self, data: bytes, *, key_as: str = "raw", full_url: bool = True) -> tuple[dict[str, Any], str]:
+        """A CDN media reference to ``data`` as a message carries it, and the hex key for an image item's own
+        ``aeskey`` (``key_as`` "item"; "raw": ``aes_key`` is base64 of the key bytes; "hex": base64 of their hex).
+        With ``full_url`` the reference names the fake's download address itself."""
+        param, key = self.put_on_cdn(data)
+        media: dict[str, Any] = {"encrypt_query_param": param, "encrypt_type": 1}
+        if key_as == "raw":
+            media["aes_key"] = base64.b64encode(key).decode()
+        elif key_as == "hex":
+            media["aes_key"] = base64.b64encode(key.hex().encode()).decode()
+        if full_url:
+            media["full_url"] = f"{self.base_url}/c2c/download?encrypted_query_param={quote(param, safe='')}"
+        return media, key.hex() if key_as == "item" else ""
+
+    def push_image(self, user_id: str, data: bytes, *, key_as: str = "raw", full_url: bool = True,
+                   **kwargs: Any) -> int:
+        """A user sends a photo (``data``, any image file's bytes), kept encrypted on the fake CDN."""
+        media, item_key = self.media_ref(data, key_as=key_as, full_url=full_url)
+        image: dict[str, Any] = {"media": media, "mid_size": len(data)}
+        if item_key:
+            image["aeskey"] = item_key
+        return self.push(user_id, [{"type": 2, "image_item": image}], **kwargs)
+
+    def push_voice(self, user_id: str, *, text: str = "", data: bytes = b"#!SILK_V3 fake", encode_type: int = 6,
+                   **kwargs: Any) -> int:
+        """A user sends a voice message: its audio on the fake CDN (SILK unless ``encode_type`` says otherwise)
+        and WeChat's own transcript, when ``text`` is given."""
+        media, _ = self.media_ref(data, key_as="hex")
+        voice: dict[str, Any] = {"media": media, "encode_type": encode_type, "playtime": 2000}
+        if text:
+            voice["text"] = text
+        return self.push(user_id, [{"type": 3, "voice_item": voice}], **kwargs)
 
     def sent_to(self, user_id: str) -> list[str]:
         """The texts the bot sent to ``user_id``, in order."""
@@ -410,6 +464,18 @@ class FakeILink:
         with self._lock:
             self.uploaded[download] = {**upload, "data": data}
         return web.Response(status=200, headers={"x-encrypted-param": download})
+
+    async def _cdn_download(self, request: web.Request) -> web.Response:
+        """A file a user sent, encrypted as it was kept; 400 for an unknown download param (as the CDN does)."""
+        self.requests.append((request.method, request.path))
+        param = request.query.get("encrypted_query_param", "")
+        with self._lock:
+            data = self.cdn.get(param)
+            if data is not None:
+                self.cdn_fetches[param] = self.cdn_fetches.get(param, 0) + 1
+        if data is None:
+            return web.Response(status=400, headers={"x-error-message": "unknown file"})
+        return web.Response(body=data, content_type="application/octet-stream")
 
     def _send_file(self, msg: dict[str, Any], item: dict[str, Any], problems: list[str]) -> web.Response:
         file_item = item.get("file_item") or {}
