@@ -395,6 +395,8 @@ class Dispatcher:
                                               self.services, channel)
                 elif kind != "text" and kind not in MEDIA_KINDS:
                     outcome, reply = "non-text", TEXT_ONLY_REPLY
+                elif kind in MEDIA_KINDS and (refusal := await self._refused_before_media(item)) is not None:
+                    outcome, reply = f"{kind}: refused before it was fetched (a usage cap)", refusal
                 elif kind in MEDIA_KINDS and (media_note := await self._prepare_media(item, channel)) is not None:
                     outcome, reply = f"{kind}: a note", media_note
                 else:
@@ -417,6 +419,16 @@ class Dispatcher:
                 if task is not None:
                     task.cancel()
         return outcome, reply, tool_calls, streamed
+
+    async def _refused_before_media(self, item: WorkItem) -> str | None:
+        """The cap's refusal of a photo or voice note not yet prepared, asked before it is downloaded and
+        transcribed (which would be spent, and counted, for nothing); None when it may go on."""
+        if self.caps is None or not self.caps.caps() or item.media is not None or item.user_seq is not None \
+                or item.user_message is not None:
+            return None
+        msg = item.message
+        return await self.caps.refusal(speaker_of(msg.channel, msg.user_id), item.info,
+                                       is_admin=await self.admins.is_admin_now(msg))
 
     async def _prepare_media(self, item: WorkItem, channel: BaseChannel | None) -> str | None:
         """A photo or voice note made ready for its turn, once (a turn run again after a database outage keeps

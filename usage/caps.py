@@ -144,6 +144,19 @@ class UsageCaps:
                 except Exception as exc:  # noqa: BLE001 - it expires by itself (store/usage.py FLIGHT_TTL)
                     logger.warning("a turn's in-flight mark could not be removed (%s); it expires by itself", exc)
 
+    async def refusal(self, speaker: str, info: SessionInfo, *, is_admin: bool,
+                      now: datetime | None = None) -> str | None:
+        """The sentence a turn of ``speaker`` would be refused with now, or None (allowed, or on the fallback
+        model). Asked before a photo or voice note is fetched and transcribed, so a refused one costs nothing;
+        the turn itself decides again (:meth:`turn`)."""
+        caps = self.caps()
+        if not caps:
+            return None
+        async with self._lock:
+            decision, _ = await self._decide(caps, speaker, info, group_of(info), is_admin=is_admin,
+                                             now=now or datetime.now(UTC))
+        return decision.refusal
+
     async def _decide(self, caps: list[tuple[str, int]], speaker: str, info: SessionInfo, group: str | None, *,
                       is_admin: bool, now: datetime) -> tuple[CapDecision, int]:
         cfg = self.config()

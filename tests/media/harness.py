@@ -23,6 +23,7 @@ from store.conversations import ConversationStore
 from store.usage import UsageStore
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
+from usage.caps import UsageCaps
 from usage.recorder import UsageRecorder
 
 
@@ -67,11 +68,13 @@ class MediaBot:
         await self.store.open()
         cfg = self.config()
         self.llm = OpenAILLM(api_key="k", base_url=cfg.open_ai_api_base, model=cfg.model, retry_base_delay=0.01)
-        self.llm.usage = UsageRecorder(UsageStore(self.store), TokenCounters())  # as app.py wires it
+        usage = UsageStore(self.store)
+        self.llm.usage = UsageRecorder(usage, TokenCounters())  # as app.py wires it
         sink = LoggingDropSink()
         self.sessions = SessionManager(self.store, self.config, sink)
         self.agent = Agent(llm=self.llm, tools=ToolRegistry(), store=self.store, config=self.config, sink=sink)
-        self.dispatcher = Dispatcher(config=self.config, store=self.store, agent=self.agent, sessions=self.sessions)
+        self.dispatcher = Dispatcher(config=self.config, store=self.store, agent=self.agent, sessions=self.sessions,
+                                     caps=UsageCaps(usage, self.config))
         self.channel = TelegramChannel(cfg, poll_timeout=1)
         self.dispatcher.add_channel(self.channel)
         await self.channel.start()

@@ -217,3 +217,26 @@ async def test_a_model_the_table_says_cannot_see_gets_no_image(api, srv, db_url,
         texts = await bot.answered(53, 1)
         assert texts == [f"{NO_VISION_CAPTION_NOTE}\n\necho: what is it?"]
         assert api.downloads == [] and image_parts(srv.requests[0]) == []
+
+
+async def test_over_a_cap_a_voice_note_is_refused_before_it_is_fetched_or_transcribed(api, srv, db_url, tmp_path):
+    """The cap is asked before the download and the transcription (which would be spent, and counted, for
+    nothing); with a fallback model the note is transcribed and answered on it."""
+    srv.default_transcript = "what is on today?"
+    async with MediaBot(api, srv, db_url, tmp_path, usage_cap_user_daily_tokens=10) as bot:
+        api.push_text(46, "hello", user_id=46)
+        await bot.answered(46, 1)  # spends more than 10 tokens
+        fetched = len(api.downloads)
+        api.push_voice(46, OGG_VOICE, user_id=46)
+        texts = await bot.answered(46, 2)
+        assert texts[1].startswith("You have used your daily limit of 10 tokens; it resets at midnight")
+        assert srv.transcriptions == []
+        assert len(api.downloads) == fetched  # not even downloaded
+        purposes = await bot.store.run(lambda conn: [r[0] for r in conn.execute(text(
+            "SELECT purpose FROM usage ORDER BY id"))])
+        assert purposes == ["reply"]
+        bot.config.replace(bot.config().model_copy(update={"usage_fallback_model": "cheap-model"}))
+        api.push_voice(46, OGG_VOICE, user_id=46)
+        texts = await bot.answered(46, 3)
+        assert texts[2] == '(heard: "what is on today?")\n\necho: what is on today?'
+        assert len(srv.transcriptions) == 1 and srv.requests[-1]["model"] == "cheap-model"
