@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,19 @@ TICK_SECONDS = 1.0
 #: A reminder sent this long after it fell due is marked late (it fell due while no process ran).
 LATE_AFTER = timedelta(seconds=60)
 JOB_ID = "reminders-due"
+
+
+def spread(due: list[Reminder]) -> list[Reminder]:
+    """The due reminders with their chats in a random order, each chat's own still in due order. Every process
+    reads the same due list; walked in the same order, the first process to claim one would be first to each
+    next one, and the others would wait on its row locks in turn. A chat's reminders keep their order, so
+    two that come late arrive in the order they were due."""
+    by_chat: dict[str, list[Reminder]] = {}
+    for reminder in due:
+        by_chat.setdefault(reminder.session_id, []).append(reminder)
+    chats = list(by_chat.values())
+    random.shuffle(chats)
+    return [reminder for chat in chats for reminder in chat]
 
 
 def reminder_text(reminder: Reminder, *, late: bool, zone: Any) -> str:
@@ -137,7 +151,7 @@ class ReminderFiring:
         while True:
             moment = now or datetime.now(UTC)
             due = await self.reminders.due(moment, self.channels(), self.batch)
-            for reminder in due:
+            for reminder in spread(due):
                 fired += await self.fire(reminder, moment)
             if len(due) < self.batch:
                 return fired
