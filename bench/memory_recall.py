@@ -116,6 +116,14 @@ async def recall(search: MemorySearch, facts: list[tuple[str, str]], semantic: b
     return found / len(facts)
 
 
+async def write_and_index(search: MemorySearch, memory: DailyMemory, session_id: str, name: str, text: str) -> None:
+    """A daily memory file written and indexed, as the summariser's writes are."""
+    folder = memory.session_dir(session_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text + "\n", encoding="utf-8")
+    await search.index.add(session_id, "summary", text, name)
+
+
 def filler(rng: random.Random, n: int) -> list[str]:
     """Summary-like bullet lines, all different."""
     words = ("meeting", "budget", "train", "Berlin", "report", "garden", "recipe", "ticket", "doctor", "plan",
@@ -143,7 +151,9 @@ async def main() -> None:
             memory = DailyMemory(tmp / "memory", UTC)
             search = MemorySearch(MemoryIndex(store, embedder, memory))
             facts = FACTS_EN + FACTS_ZH
-            await search.index.add(SID, "summary", "\n".join(f"- {f}" for f, _ in facts), "2026-03-01.md")
+            # as the bot does: the daily file is written, then indexed (a search keeps the index in step with
+            # the files, so a passage without its file would be dropped)
+            await write_and_index(search, memory, SID, "2026-03-01.md", "\n".join(f"- {f}" for f, _ in facts))
             rows = []
             for name, group in (("English", FACTS_EN), ("Chinese", FACTS_ZH), ("all 60", facts)):
                 kw = await recall(search, group, semantic=False)
@@ -157,8 +167,9 @@ async def main() -> None:
                 per_k.append((time.perf_counter() - t) * 1000)
             big = "terminal:big"
             t = time.perf_counter()
-            for start in range(0, len(chunks), 2000):
-                await search.index.add(big, "summary", "\n".join(chunks[start:start + 2000]), "2026-03-02.md")
+            for day, start in enumerate(range(0, len(chunks), 2000), start=2):
+                await write_and_index(search, memory, big, f"2026-03-{day:02d}.md",
+                                      "\n".join(chunks[start:start + 2000]))
             index_s = time.perf_counter() - t
             t = time.perf_counter()
             await search.corpus(big)
