@@ -218,7 +218,8 @@ def bench(args: argparse.Namespace) -> None:
                     bot = ProfiledBot(Path(tmp), Path(args.profile).resolve(),
                                       **settings(api, llm, conc, not args.no_stream))
                 else:
-                    bot = BotProcess(Path(tmp), **settings(api, llm, conc, not args.no_stream))
+                    extra = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)}
+                    bot = BotProcess(Path(tmp), **settings(api, llm, conc, not args.no_stream), **extra)
                 bot.start(timeout=60)
                 try:
                     # Warm-up: the first turns pay for lazy imports and connection set-up.
@@ -274,6 +275,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--skip-probe", action="store_true", help="do not measure the fakes alone")
     parser.add_argument("--no-stream", action="store_true", help="stream_replies false: whole answers")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                        help='another config.json key, e.g. --set memory_embedding_model=\'""\' (repeatable)')
     parser.add_argument("--stock-backlog", action="store_true",
                         help="keep the fakes' stdlib listen backlog of 5 (shows the fakes' bottleneck)")
     parser.add_argument("--profile", metavar="PATH",
