@@ -83,7 +83,10 @@ class Database:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not task.done():
+            if task.done():
+                if not task.cancelled():
+                    task.exception()  # over already: its outcome is nobody's now (marked as seen)
+            else:
                 self._orphans.add(task)
                 task.add_done_callback(self._orphan_done)
             raise
