@@ -1,4 +1,5 @@
-"""Fixtures of the channel tests: the offline WeChat harness (tests/channels/wechat_harness.py)."""
+"""Fixtures of the channel tests: the offline WeChat harness (tests/channels/wechat_harness.py), and the fake iLink
+server for the weixin channel (a module's own ``api`` fixture, as Telegram's, takes its place there)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from channels.weixin import channel as weixin_channel
+from channels.weixin.login import QrLogin
 from config.settings import Config
 from tests.channels.wechat_harness import Harness, Login, logs_in, make_core
+from tests.fakes.ilink_server import FakeILink
 
 
 @pytest.fixture
@@ -25,3 +29,13 @@ async def h1(cfg: Config):
     await harness.channel.start()
     yield harness
     await harness.channel.stop()
+
+
+@pytest.fixture
+def api(monkeypatch):
+    """WeChat's bot API, faked, with the channel's status polls and backoff in tens of milliseconds."""
+    monkeypatch.setattr(QrLogin, "poll_interval", 0.02)
+    monkeypatch.setattr(weixin_channel, "BACKOFF_FIRST_S", 0.02)
+    monkeypatch.setattr(weixin_channel, "BACKOFF_MAX_S", 0.05)
+    with FakeILink(hold_s=0.3, qr_hold_s=0.3) as server:
+        yield server

@@ -12,26 +12,12 @@ import pytest
 
 from channels.weixin import channel as weixin_channel
 from channels.weixin.channel import WeixinChannel, to_incoming
-from channels.weixin.login import LoginState, QrLogin
+from channels.weixin.login import LoginState
 from config.settings import Config
 from core.messages import IncomingMessage
 from tests.fakes.ilink_server import FakeILink, decode_cursor
 
 USER = "alice@im.wechat"
-
-
-@pytest.fixture
-def api():
-    with FakeILink(hold_s=0.3, qr_hold_s=0.3) as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def quick(monkeypatch):
-    """Status polls and backoff in tens of milliseconds instead of seconds."""
-    monkeypatch.setattr(QrLogin, "poll_interval", 0.02)
-    monkeypatch.setattr(weixin_channel, "BACKOFF_FIRST_S", 0.02)
-    monkeypatch.setattr(weixin_channel, "BACKOFF_MAX_S", 0.05)
 
 
 class Bot:

@@ -3,7 +3,6 @@ the AES keys in the forms WeChat sends them, and fetching from the fake CDN (tes
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import secrets
@@ -11,7 +10,7 @@ import secrets
 import pytest
 
 from channels.weixin import channel as weixin_channel
-from channels.weixin.channel import WeixinChannel, to_incoming
+from channels.weixin.channel import to_incoming
 from channels.weixin.client import (
     CDN_BASE_URL,
     ILinkHTTPError,
@@ -20,52 +19,18 @@ from channels.weixin.client import (
     encrypt_file,
     media_key,
 )
-from channels.weixin.login import LoginState, QrLogin
-from config.settings import Config
 from core.messages import IncomingMessage
-from tests.fakes.ilink_server import FakeILink
+from tests.channels.test_weixin import USER, Bot, logged_in, until
 from tests.media.harness import jpeg
 
-USER = "alice@im.wechat"
 BASE = {"message_id": 42, "from_user_id": USER, "create_time_ms": 1_700_000_000_000, "message_type": 1,
         "context_token": "ctx"}
 
 
-@pytest.fixture
-def api():
-    with FakeILink(hold_s=0.3, qr_hold_s=0.3) as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def quick(monkeypatch):
-    monkeypatch.setattr(QrLogin, "poll_interval", 0.02)
-
-
-async def logged_in(api: FakeILink, tmp_path) -> WeixinChannel:
-    channel = WeixinChannel(Config(data_dir=str(tmp_path), weixin_base_url=api.base_url))
-    received: list = []
-
-    async def handle(msg):
-        received.append(msg)
-        return True
-
-    channel.set_handler(handle)
-    channel.received = received  # type: ignore[attr-defined]
-    await channel.start()
-    await asyncio.to_thread(api.wait_for_qr, 1)
-    await asyncio.to_thread(api.confirm_qr)
-    async with asyncio.timeout(10):
-        while channel.login_state is not LoginState.CONFIRMED:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-    return channel
-
-
-async def next_message(channel: WeixinChannel, n: int):
-    async with asyncio.timeout(10):
-        while len(channel.received) < n:  # type: ignore[attr-defined]  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-    return channel.received[n - 1]  # type: ignore[attr-defined]
+async def next_message(bot: Bot, n: int) -> IncomingMessage:
+    """The ``n``-th message the channel handed over (waits for it)."""
+    await until(lambda: len(bot.received) >= n)
+    return bot.received[n - 1]
 
 
 def test_a_photo_and_a_voice_message_keep_what_fetching_them_needs():
@@ -124,12 +89,13 @@ def test_the_download_address_is_the_full_url_or_the_cdn_with_the_parameter():
 
 @pytest.mark.parametrize(("key_as", "full_url"), [("raw", True), ("item", True), ("hex", False)])
 async def test_a_photo_is_fetched_from_the_cdn_and_decrypted(api, tmp_path, key_as, full_url):
-    channel = await logged_in(api, tmp_path)
+    bot = await logged_in(api, tmp_path)
+    channel = bot.channel
     try:
         channel.cdn_base_url = f"{api.base_url}/c2c"  # no full_url: the CDN's own address (here the fake's)
         picture = jpeg(640, 480)
         api.push_image(USER, picture, key_as=key_as, full_url=full_url)
-        msg = await next_message(channel, 1)
+        msg = await next_message(bot, 1)
         assert msg.content_type == "photo"
         assert await channel.download(msg) == picture
         assert list(api.cdn_fetches.values()) == [1]
@@ -138,10 +104,11 @@ async def test_a_photo_is_fetched_from_the_cdn_and_decrypted(api, tmp_path, key_
 
 
 async def test_an_unknown_file_or_one_too_big_fails_and_nothing_else_does(api, tmp_path, monkeypatch):
-    channel = await logged_in(api, tmp_path)
+    bot = await logged_in(api, tmp_path)
+    channel = bot.channel
     try:
         api.push_image(USER, jpeg(64, 64))
-        msg = await next_message(channel, 1)
+        msg = await next_message(bot, 1)
         monkeypatch.setattr(weixin_channel, "MAX_MEDIA_BYTES", 100)
         with pytest.raises(ValueError, match="at most 100"):
             await channel.download(msg)
@@ -154,6 +121,6 @@ async def test_an_unknown_file_or_one_too_big_fails_and_nothing_else_does(api, t
         with pytest.raises(ValueError, match="no usable reference"):
             await channel.download(bare)
         api.push_text(USER, "still here")
-        assert (await next_message(channel, 2)).text == "still here"
+        assert (await next_message(bot, 2)).text == "still here"
     finally:
         await channel.stop()
