@@ -134,48 +134,65 @@ def _postgres_ranking(terms: list[str], small_session: bool) -> str:
     The terms are written into the statement, not bound: a statement the driver prepares gets a generic
     plan, which cannot see the terms and scans the index for all of them (100-300 ms at 700 messages where
     a plan for the terms at hand takes 10-20 ms). A term is letters, digits and spaces only
-    (store/search_terms.py), checked here, so it cannot end its quotes.
+    (store/search_terms.py), checked here, so it cannot end its quotes. ``:n`` is the session's size (the
+    idf's N).
 
     The GIN index finds a term's messages in every session; for a session of up to
     :data:`SMALL_SESSION` messages, reading the session's own rows and testing each is cheaper
-    (1-2 ms at 700 messages, where the index took 70 ms beside a session of 100,000).
+    (1-2 ms at 700 messages, where the index took 70 ms beside a session of 100,000). The matches carry
+    their seq and terms only; ``ts_rank_cd`` (the costly part, ~10 µs a message) is computed for the
+    messages that tie with or beat the ``:cap``-th score, and the content is read for the ``:cap`` best.
     """
     if not all(_SAFE_TERM.fullmatch(t) for t in terms):
         raise ValueError(f"unexpected characters in search terms {terms!r}")
     n = len(terms)
     queries = ", ".join(f"phraseto_tsquery('simple', '{t}') AS q{i}" for i, t in enumerate(terms))
     counts = ", ".join(f"count(*) FILTER (WHERE terms @@ q{i})::float8 AS d{i}" for i in range(n))
-    idf = ", ".join(f"ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}" for i in range(n))
+    idf = ", ".join(f"ln(1 + (:n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}" for i in range(n))
     weight = " + ".join(f"CASE WHEN terms @@ q{i} THEN w{i} ELSE 0 END" for i in range(n))
     every = " || ".join(f"q{i}" for i in range(n))
     if small_session:  # the session's own rows first: the index would return every session's matches
-        hit = (f"SELECT m.seq, m.role, m.created_at, m.content, s.terms FROM qs, messages m, "
+        hit = (f"SELECT m.seq, s.terms FROM qs, messages m, "
                f"LATERAL (SELECT terms FROM {SEARCH_TABLE} WHERE message_id = m.id OFFSET 0) s "
                f"WHERE m.session_id = :sid AND m.seq < :before AND s.terms @@ ({every})")
     else:
-        hit = (f"SELECT m.seq, m.role, m.created_at, m.content, s.terms "
-               f"FROM qs, {SEARCH_TABLE} s JOIN messages m ON m.id = s.message_id "
+        hit = (f"SELECT m.seq, s.terms FROM qs, {SEARCH_TABLE} s JOIN messages m ON m.id = s.message_id "
                f"WHERE s.terms @@ ({every}) AND m.session_id = :sid AND m.seq < :before")
     return (f"WITH qs AS (SELECT {queries}), hit AS MATERIALIZED ({hit}), "
-            f"df AS (SELECT {counts}, (SELECT count(*) FROM messages WHERE session_id = :sid)::float8 AS n "
-            f"FROM qs, hit), "
+            f"df AS (SELECT {counts} FROM qs, hit), "
             f"idf AS (SELECT {idf} FROM df), "
-            f"scored AS (SELECT seq, role, created_at, content, terms, {weight} AS score FROM hit, qs, idf) "
-            f"SELECT seq, role, created_at, content FROM scored, qs "
-            f"ORDER BY score DESC, ts_rank_cd(terms, {every}, 1) DESC, seq DESC LIMIT :cap")
+            f"scored AS MATERIALIZED (SELECT seq, terms, {weight} AS score FROM hit, qs, idf), "
+            f"bar AS (SELECT score FROM scored ORDER BY score DESC OFFSET :cap - 1 LIMIT 1), "
+            f"best AS (SELECT seq, score, ts_rank_cd(terms, {every}, 1) AS cover FROM scored, qs "
+            f"WHERE score >= coalesce((SELECT score FROM bar), '-infinity') "
+            f"ORDER BY score DESC, cover DESC, seq DESC LIMIT :cap) "
+            f"SELECT m.seq, m.role, m.created_at, m.content FROM best JOIN messages m "
+            f"ON m.session_id = :sid AND m.seq = best.seq ORDER BY best.score DESC, best.cover DESC, best.seq DESC")
 
 
 def _postgres_rare_enough(conn: Connection, terms: list[str]) -> list[str]:
     """PostgreSQL, a large session: the terms without those too common to rank by (as on SQLite, see
-    :func:`_rare_enough`); a term's messages are counted through the index up to the limit only."""
+    :func:`_rare_enough`).
+
+    A word's share of the index comes from the planner's statistics of the ``terms`` column (ANALYZE, run by
+    autovacuum, keeps the most common lexemes with the share of rows holding each: one catalog read). Before
+    the first ANALYZE, a term's messages are counted through the index, up to the limit only.
+    """
     if not all(_SAFE_TERM.fullmatch(t) for t in terms):
         raise ValueError(f"unexpected characters in search terms {terms!r}")
-    total = conn.execute(text("SELECT greatest(reltuples, 0) FROM pg_class WHERE relname = :t"),
+    total = conn.execute(text("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass(:t)"),
                          {"t": SEARCH_TABLE}).scalar() or 0
     cap = int(max(COMMON_MESSAGES, total * COMMON_SHARE))
-    counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} WHERE terms @@ "
-                       f"phraseto_tsquery('simple', '{t}') LIMIT {cap + 1}) x{i})" for i, t in enumerate(terms))
-    held = conn.execute(text(f"SELECT {counts}")).one()
+    stats = conn.execute(text("SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+                              "WHERE schemaname = current_schema() AND tablename = :t AND attname = 'terms'"),
+                         {"t": SEARCH_TABLE}).first()
+    if stats is not None and stats[0] is not None:
+        share = dict(zip(stats[0], stats[1], strict=False))  # the freqs end with three summary numbers
+        held = [max(share.get(w, 0.0) * total for w in t.split()) for t in terms]
+    else:
+        counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} WHERE terms @@ "
+                           f"phraseto_tsquery('simple', '{t}') LIMIT {cap + 1}) x{i})" for i, t in enumerate(terms))
+        held = list(conn.execute(text(f"SELECT {counts}")).one())
     return [t for t, n in zip(terms, held, strict=True) if n <= cap] or terms
 
 
@@ -189,8 +206,11 @@ def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, bef
                f"CROSS JOIN messages m ON m.id = s.rowid WHERE {SEARCH_TABLE} MATCH :q AND m.session_id = :sid "
                f"AND m.seq < :before ORDER BY bm25({SEARCH_TABLE}), m.seq DESC LIMIT :cap")
     else:
-        size = conn.execute(text("SELECT count(*) FROM messages WHERE session_id = :sid"), params).scalar_one()
-        small = size <= SMALL_SESSION
+        # the session's span of seqs (two index probes) stands for its size: counting 100,000 rows takes ~10 ms
+        span = conn.execute(text("SELECT max(seq) - min(seq) + 1 FROM messages WHERE session_id = :sid"),
+                            params).scalar() or 0
+        params["n"] = float(span)
+        small = span <= SMALL_SESSION
         sql = _postgres_ranking(terms if small else _postgres_rare_enough(conn, terms), small)
     stmt = text(sql).columns(created_at=UTCDateTime())
     return list(conn.execute(stmt, params).all())
