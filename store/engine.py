@@ -35,7 +35,6 @@ from typing import Any, TypeVar
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import QueuePool
 
 from store.search_terms import SQL_FUNCTION, index_text
@@ -66,6 +65,8 @@ class Database:
     """PostgreSQL: an async engine and the one way to use it, :meth:`run`."""
 
     def __init__(self, url: str) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine  # PostgreSQL only: SQLite runs without it
+
         self.dialect = url.split(":", 1)[0].split("+", 1)[0]
         self.engine: Any = create_async_engine(url, **POSTGRES_POOL)
         #: transactions whose callers were cancelled: they finish on their own (see :meth:`run`)
