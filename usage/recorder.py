@@ -8,15 +8,10 @@ A server that reports no usage (a stream without ``stream_options``, some local 
 tokenizer: the request's messages and tools, and the answer's text. A row that cannot be written (the
 database is away) is kept in memory and written with the next one, up to :data:`MAX_PENDING` rows; recording
 never fails a turn.
-
-Rows are written one transaction at a time, and the rows of calls that end while one is being written go
-together in the next (a group commit): with many turns at once, most rows share a transaction. A call's
-row is written, or waiting in memory, when :meth:`UsageRecorder.record` returns.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -41,15 +36,9 @@ class UsageRecorder:
         self.store = store
         #: ``counter(model)``: the tokenizer that counts a call the server reported no usage for
         self.counter = counter
-        #: rows the database refused, written with the next ones
         self._pending: list[dict[str, Any]] = []
-        #: rows recorded while a write was running, for the next write
-        self._queued: list[dict[str, Any]] = []
-        self._writing = asyncio.Lock()
         #: rows written since start (for tests and the log)
         self.written = 0
-        #: transactions that wrote them
-        self.writes = 0
 
     async def model_call(self, model: str, usage: Usage, request: list[dict[str, Any]],
                          tools: list[dict[str, Any]] | None, answer: str) -> None:
@@ -87,16 +76,7 @@ class UsageRecorder:
         row = {"session_id": session_id[:255], "user_id": user_id[:255], "model": model[:255], "purpose": purpose,
                "prompt_tokens": chosen.prompt_tokens, "completion_tokens": chosen.completion_tokens,
                "cached_tokens": min(chosen.cached_tokens, chosen.prompt_tokens), "created_at": datetime.now(UTC)}
-        self._queued.append(row)
-        async with self._writing:
-            if not self._queued:  # the write before this one took the row along
-                return
-            rows, self._pending, self._queued = [*self._pending, *self._queued], [], []
-            # shielded: a caller cancelled meanwhile must not lose the other callers' rows it writes
-            await asyncio.shield(self._write(rows, purpose))
-
-    async def _write(self, rows: list[dict[str, Any]], purpose: str) -> None:
-        """Write ``rows`` in one transaction; keep them in memory when the database refuses them."""
+        rows, self._pending = [*self._pending, row], []
         try:
             await self.store.add(rows)
         except Exception as exc:  # noqa: BLE001 - the bill's record waits; the turn goes on
@@ -107,9 +87,8 @@ class UsageRecorder:
                            purpose, type(exc).__name__, exc, len(self._pending))
             return
         self.written += len(rows)
-        self.writes += 1
 
     @property
     def pending(self) -> int:
         """Rows waiting for the database."""
-        return len(self._pending) + len(self._queued)
+        return len(self._pending)

@@ -3,7 +3,6 @@ with its scope and the server's figures, or the tokenizer's count when the serve
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -169,24 +168,3 @@ async def test_the_record_api_takes_the_servers_usage_before_the_callers_count(s
     await recorder.record("telegram:5", "telegram:7", "whisper-1", "dance", Usage(1, 1))
     assert [r[3:6] for r in await rows(store)] == [("transcribe", 9, 0), ("transcribe", 20, 3), ("other", 1, 1)]
     assert datetime.now(UTC).year >= 2026
-
-
-async def test_calls_ending_together_share_a_transaction(store, recorder):
-    """A group commit: rows recorded while one is being written go together in the next write; each caller
-    returns once its row is written."""
-    await asyncio.gather(*(recorder.record(f"telegram:{i}", f"telegram:{i}", MODEL, "reply", Usage(10 + i, 1))
-                           for i in range(30)))
-    assert recorder.written == 30 and recorder.pending == 0
-    assert recorder.writes <= 3  # the first alone, then the rest in one or two
-    assert sorted(r[4] for r in await rows(store)) == [10 + i for i in range(30)]
-
-
-async def test_a_cancelled_caller_does_not_lose_the_rows_it_writes_for_others(store, recorder):
-    first = asyncio.ensure_future(recorder.record("telegram:1", "telegram:1", MODEL, "reply", Usage(1, 1)))
-    others = [asyncio.ensure_future(recorder.record(f"telegram:{i}", "", MODEL, "reply", Usage(i, 1)))
-              for i in range(2, 6)]
-    await asyncio.sleep(0)  # the first holds the write; the others queue behind it
-    first.cancel()
-    await asyncio.gather(first, *others, return_exceptions=True)
-    await recorder.record("telegram:9", "", MODEL, "reply", Usage(9, 1))
-    assert sorted(r[4] for r in await rows(store)) == [1, 2, 3, 4, 5, 9]
