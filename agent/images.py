@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import re
 from collections.abc import Callable
@@ -84,8 +85,10 @@ VISION_MODELS: dict[str, bool] = {
 _VISION_WORD = re.compile(r"vision|[-_.]vl\b|[-_.]vl[-_.]|llava|multimodal|omni")
 
 
+@functools.lru_cache(maxsize=256)
 def table_vision(model: str) -> bool | None:
-    """What the table says of ``model``: True (takes images), False, or None (unknown)."""
+    """What the table says of ``model``: True (takes images), False, or None (unknown); kept per model name
+    (every turn asks)."""
     name = model.lower().rsplit("/", 1)[-1]
     best = ""
     for prefix in VISION_MODELS:

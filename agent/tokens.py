@@ -236,7 +236,12 @@ def context_window(model: str, override: int = 0) -> int:
     """The model's context window in tokens: ``override`` if positive, else the longest matching prefix."""
     if override > 0:
         return override
-    name = _base_name(model)
+    return _table_context_window(_base_name(model))
+
+
+@functools.lru_cache(maxsize=256)
+def _table_context_window(name: str) -> int:
+    """The window of the longest prefix of ``name`` in :data:`CONTEXT_WINDOWS` (kept per name: every turn asks)."""
     best = ""
     for prefix in CONTEXT_WINDOWS:
         if len(prefix) > len(best) and name.startswith(prefix):

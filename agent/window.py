@@ -18,6 +18,7 @@ is the most a newcomer meets.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -78,8 +79,10 @@ class Window:
         return f"{self.tokens:,} tokens (from {self.source})"
 
 
+@functools.lru_cache(maxsize=256)
 def table_window(model: str) -> int | None:
-    """The window the table of known models gives ``model``; None when no prefix matches."""
+    """The window the table of known models gives ``model``; None when no prefix matches (kept per model name:
+    every turn asks)."""
     name = model.rsplit("/", 1)[-1].strip().lower()
     return context_window(model) if any(name.startswith(prefix) for prefix in CONTEXT_WINDOWS) else None
 
