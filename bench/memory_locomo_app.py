@@ -48,6 +48,7 @@ The data is not part of the project: pass the path of LoCoMo's ``locomo10.json``
 
     python bench/memory_locomo_app.py PATH/locomo10.json[.gz] [--db-url URL] [--conversations N]
                                       [--questions N] [--keep DIR]
+    python bench/memory_locomo_app.py PATH/locomo10.json[.gz] --ask-only DIR   (the questions again, of a kept run)
 """
 
 from __future__ import annotations
@@ -404,10 +405,29 @@ def log_problems(folder: Path) -> list[str]:
     return out
 
 
+def ask_again(args: argparse.Namespace, data: list[dict[str, Any]], chats: list[Chat]) -> int:
+    """``--ask-only DIR``: ask the questions again of a folder a run kept (``--keep``), e.g. after a change to
+    the search; the conversations are not driven again."""
+    config_path = Path(args.ask_only).resolve() / "config.json"
+    started = time.monotonic()
+    results, info = asyncio.run(ask(config_path, chats, data, args.questions))
+    print(f"asked again in {config_path.parent}: {time.monotonic() - started:.0f} s (history_search median "
+          f"{statistics.median(info['times']['history']):.0f} ms, memory_search median "
+          f"{statistics.median(info['times']['memory']):.0f} ms)")
+    print(f"\nfound when the first {MATCH_CHARS} characters of an evidence turn (normalised) appear in the output:")
+    report(results["strict"])
+    print(f"\nlooser: also when the first {MATCH_CHARS} characters of one of its sentences of {MIN_SENTENCE} or more "
+          "characters appear:")
+    report(results["sentences"])
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Drive, settle, stop, ask, report."""
     data = load(Path(args.path))[:args.conversations or None]
     chats = make_chats(data)
+    if args.ask_only:
+        return ask_again(args, data, chats)
     keep = Path(args.keep).resolve() if args.keep else None
     with FakeTelegramAPI(username="locomo_bot") as api, FakeOpenAIServer() as llm, \
             tempfile.TemporaryDirectory(prefix="locomo-app-") as tmp:
@@ -484,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for one turn's reply")
     parser.add_argument("--settle", type=float, default=1200.0, help="seconds to wait for the background work")
     parser.add_argument("--keep", default="", help="a folder for the bot's files (config, data, logs), kept")
+    parser.add_argument("--ask-only", default="", metavar="DIR",
+                        help="only ask the questions again, of the folder a run kept with --keep")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_resets()
