@@ -214,11 +214,11 @@ def bench(args: argparse.Namespace) -> None:
         for conc in args.max_concurrent:
             ideal = conc / args.latency
             with tempfile.TemporaryDirectory(prefix="bench-conc-") as tmp:
+                extra = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)}
                 if args.profile:
                     bot = ProfiledBot(Path(tmp), Path(args.profile).resolve(),
-                                      **settings(api, llm, conc, not args.no_stream))
+                                      **settings(api, llm, conc, not args.no_stream), **extra)
                 else:
-                    extra = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)}
                     bot = BotProcess(Path(tmp), **settings(api, llm, conc, not args.no_stream), **extra)
                 bot.start(timeout=60)
                 try:
