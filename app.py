@@ -356,17 +356,25 @@ async def adopt_summary_orphans(summarizer: Summarizer) -> None:
             logger.warning("looking for orphaned summary jobs failed (%s)", type(exc).__name__)
 
 
+#: Allocations of tracked objects between two young collections (CPython's default is 700).
+GC_YOUNG_THRESHOLD = 10_000
+
+
 def freeze_heap() -> None:
     """Put every object allocated so far (modules, classes, the tokenizer) in the collector's permanent
-    generation.
+    generation, and collect the young generation less often.
 
     A full collection traverses every tracked object, and while it runs every chat waits; what start-up
     built lives as long as the process anyway, so it need not be traversed again (bench/cleanup.py
-    measures the pauses; the figures are in README's benchmark section). The collector's thresholds stay
-    CPython's defaults: at Telegram's rate of about 30 messages a second, collections are a negligible
-    part of the CPU (bench/telegram_intake.py).
+    measures the pauses). A turn allocates thousands of short-lived objects (the SDKs' request and
+    response models, SQLAlchemy's rows), so CPython's default of a young collection every 700
+    allocations ran several collections a turn, each walking the objects still alive; with 10,000 far
+    fewer run (bench/concurrency.py; the figures are in BENCHMARKS.md). Cyclic garbage waits a little
+    longer to be freed; the older generations' ratios stay CPython's.
     """
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     heap.trim()
 
 

@@ -193,8 +193,17 @@ class Agent:
         self.first_reply_wait = FIRST_REPLY_WAIT_SECONDS
         self._prompt_tokens: dict[tuple[str, str], int] = {}
         self._tool_tokens: dict[str, int] = {}
+        #: (the client, whether it streams): a runtime Protocol check walks the protocol's members each time
+        self._streams: tuple[object, bool] | None = None
 
     # --- helpers -------------------------------------------------------------------------
+    def _can_stream(self) -> bool:
+        """Whether the model client streams (:class:`StreamingLLM`), checked once per client."""
+        known = self._streams
+        if known is None or known[0] is not self.llm:
+            known = self._streams = (self.llm, isinstance(self.llm, StreamingLLM))
+        return known[1]
+
     def model(self) -> str:
         """The model of the running turn: the configured one, or the one :meth:`run_turn` was given."""
         return _TURN_MODEL.get() or self.config().model
@@ -514,7 +523,7 @@ class Agent:
     async def _model_call(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call: streamed into the turn's sink when there is one and the client can stream."""
         sink = _ANSWER_SINK.get()
-        if sink is None or not isinstance(self.llm, StreamingLLM):
+        if sink is None or not self._can_stream():
             return await self.llm.complete(messages, tools=tools, model=model, max_tokens=max_tokens)
         shown: list[str] = []
 

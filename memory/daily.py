@@ -175,10 +175,17 @@ class DailyMemory:
         self.on_written = on_written
         #: folders already checked (the system prompt reads MEMORY.md every turn: two realpath walks a turn)
         self._dirs: dict[str, Path] = {}
+        self._root_resolved: Path | None = None
         #: per session: MEMORY.md, read again when it changed
         self._notes = FileCache()
 
     # --- paths ------------------------------------------------------------------------------
+    def _resolved_root(self) -> Path:
+        """The root with its links resolved, once (a realpath walk is a system call per component)."""
+        if self._root_resolved is None:
+            self._root_resolved = self.root.resolve()
+        return self._root_resolved
+
     def session_dir(self, session_id: str) -> Path:
         """This session's folder; raise ``ValueError`` if the id would name anything outside the root."""
         path = self._dirs.get(session_id)
@@ -188,8 +195,7 @@ class DailyMemory:
         if name in ("", ".", ".."):
             raise ValueError(f"session id {session_id!r} cannot name a memory folder")
         path = self.root / name
-        root = self.root.resolve()
-        if path.resolve().parent != root:
+        if path.resolve().parent != self._resolved_root():
             raise ValueError(f"session id {session_id!r} escapes the memory folder")
         if len(self._dirs) >= MAX_CACHED_DIRS:
             self._dirs.clear()

@@ -65,6 +65,8 @@ class PersonNotes:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._cache = FileCache()
+        #: the root with its links resolved, once (a realpath walk is a system call per component)
+        self._root_resolved: Path | None = None
 
     def folder(self, person: str) -> Path:
         """The person's folder; ``ValueError`` if the key would name anything outside the root."""
@@ -72,7 +74,9 @@ class PersonNotes:
         if name in ("", ".", ".."):
             raise ValueError(f"person {person!r} cannot name a folder")
         path = self.root / name
-        if path.resolve().parent != self.root.resolve():
+        if self._root_resolved is None:
+            self._root_resolved = self.root.resolve()
+        if path.resolve().parent != self._root_resolved:
             raise ValueError(f"person {person!r} escapes the people folder")
         return path
 

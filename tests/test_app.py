@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import App, freeze_heap, run_loop
+from app import GC_YOUNG_THRESHOLD, App, freeze_heap, run_loop
 
 
 async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
@@ -48,14 +48,21 @@ def _in_loop_thread() -> bool:
 def test_freeze_heap_takes_start_up_objects_out_of_collections() -> None:
     marker: list[object] = [object()]
     assert any(o is marker for o in gc.get_objects())
+    before = gc.get_threshold()
     try:
         freeze_heap()
         assert gc.get_freeze_count() > 0
         assert not any(o is marker for o in gc.get_objects())  # full collections no longer traverse it
         later: list[object] = [object()]
         assert any(o is later for o in gc.get_objects())
+        # young collections run less often; the older generations keep their ratios, and a second call
+        # (app.py freezes again once the warm-ups are done) changes nothing more
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        freeze_heap()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 def test_run_loop_uses_uvloop_where_installed() -> None:
