@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from core.llm import Usage
-from core.turns import content_text
+from core.turns import CtxMessage, content_text
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def transcript(messages: Iterable[Any], max_chars: int = TRANSCRIPT_MAX_CHARS) -
     """User and assistant texts as ``role: text`` lines (CtxMessage or dict), cut to the last ``max_chars``."""
     lines = []
     for item in messages:
-        message = getattr(item, "message", item)
+        message = item.message if isinstance(item, CtxMessage) else item
         role = message.get("role")
         text = content_text(message.get("content")).strip()
         if role in ("user", "assistant") and text:

@@ -33,11 +33,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.llm import BaseLLM
 from core.turns import CtxMessage
 from media.files import read_image
+
+if TYPE_CHECKING:
+    from config.settings import Config
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +106,7 @@ def table_vision(model: str) -> bool | None:
 class Vision:
     """Whether a model is sent images: ``vision`` (true, false, "auto"), the table, and the servers' refusals."""
 
-    def __init__(self, config: Callable[[], Any]) -> None:
+    def __init__(self, config: Callable[[], Config]) -> None:
         self.config = config
         #: models whose server refused an image part (in this process)
         self.refused: set[str] = set()
@@ -240,7 +244,7 @@ __all__ = [
 
 
 async def settle_images(state: Any, turn: ImageTurn, answer: str | None, *, llm: BaseLLM, model: str,
-                        store: Any, data_dir: Path, vision: bool) -> int:
+                        store: ConversationStore, data_dir: Path, vision: bool) -> int:
     """After a turn: every image still pending in the context becomes words, in the database first, then in
     the context (``state.swap``). Returns how many. Never raises for a failed description (it is kept as
     :data:`NOT_DESCRIBED`); a database error is raised (the turn's answer is stored already).

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from agent.completion import parse_arguments
 from agent.context import (
@@ -42,11 +42,14 @@ from agent.tokens import TokenCounter, TokenCounters, output_cap
 from agent.tools.base import TURN_MESSAGE, ToolContext, ToolRegistry, cap_result
 from agent.window import ModelWindows
 from core.errors import ContextOverflowError, ImagesUnsupportedError, TransientLLMError
-from core.llm import BaseLLM, LLMResponse, StreamingLLM
+from core.llm import BaseLLM, LLMResponse, ReplySlots, SlottedLLM, StreamingLLM
 from core.turns import Turn
 from core.usage import usage_scope
 from memory.person import prompt_person
 from store.conversations import ConversationStore
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +168,7 @@ class Agent:
         llm: BaseLLM,
         tools: ToolRegistry,
         store: ConversationStore,
-        config: Callable[[], Any],
+        config: Callable[[], Config],
         sink: DropSink,
         notes: Callable[[str], str | None] | None = None,
         person_notes: Callable[[str], str | None] | None = None,
@@ -193,16 +196,22 @@ class Agent:
         self.first_reply_wait = FIRST_REPLY_WAIT_SECONDS
         self._prompt_tokens: dict[tuple[str, str], int] = {}
         self._tool_tokens: dict[str, int] = {}
-        #: (the client, whether it streams): a runtime Protocol check walks the protocol's members each time
-        self._streams: tuple[object, bool] | None = None
+        #: (the client, whether it streams, whether it has request slots): a runtime Protocol check walks the
+        #: protocol's members each time, so it is made once per client
+        self._abilities: tuple[object, bool, bool] | None = None
 
     # --- helpers -------------------------------------------------------------------------
-    def _can_stream(self) -> bool:
-        """Whether the model client streams (:class:`StreamingLLM`), checked once per client."""
-        known = self._streams
+    def _can(self) -> tuple[bool, bool]:
+        """Whether the model client streams (:class:`StreamingLLM`) and has request slots (:class:`SlottedLLM`),
+        checked once per client."""
+        known = self._abilities
         if known is None or known[0] is not self.llm:
-            known = self._streams = (self.llm, isinstance(self.llm, StreamingLLM))
-        return known[1]
+            known = self._abilities = (self.llm, isinstance(self.llm, StreamingLLM), isinstance(self.llm, SlottedLLM))
+        return known[1], known[2]
+
+    def _slots(self) -> ReplySlots | None:
+        """The model endpoint's request slots, when it has any."""
+        return cast(SlottedLLM, self.llm).slots if self._can()[1] else None
 
     def model(self) -> str:
         """The model of the running turn: the configured one, or the one :meth:`run_turn` was given."""
@@ -392,7 +401,7 @@ class Agent:
         While it runs, a free slot of a one-request server is kept for this reply: the summary its trim starts
         waits until the reply is done (agent/slots.py).
         """
-        slots = getattr(self.llm, "slots", None)
+        slots = self._slots()
         # Not urgent() here: the summary worker a trim starts would inherit it (tasks copy the context).
         with slots.reply_coming() if slots is not None else contextlib.nullcontext():
             return await self._prepare_and_call(state, result, tools=tools, final=final)
@@ -523,7 +532,7 @@ class Agent:
     async def _model_call(self, messages: list[dict[str, Any]], *, tools, model: str, max_tokens: int) -> LLMResponse:
         """One model call: streamed into the turn's sink when there is one and the client can stream."""
         sink = _ANSWER_SINK.get()
-        if sink is None or not self._can_stream():
+        if sink is None or not self._can()[0]:
             return await self.llm.complete(messages, tools=tools, model=model, max_tokens=max_tokens)
         shown: list[str] = []
 
@@ -533,7 +542,8 @@ class Agent:
             await sink.text(piece)
 
         try:
-            response = await self.llm.stream(messages, tools=tools, model=model, max_tokens=max_tokens, on_text=on_text)
+            llm = cast(StreamingLLM, self.llm)
+            response = await llm.stream(messages, tools=tools, model=model, max_tokens=max_tokens, on_text=on_text)
         except Exception as exc:
             if not shown or isinstance(exc, ContextOverflowError):
                 raise

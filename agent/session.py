@@ -19,11 +19,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from core.records import SessionInfo, StoredMessage
 from core.turns import CtxMessage, Turn, conversation_turns, group_turns, restore_turn_count, text_only
 from store.conversations import ConversationStore
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +215,7 @@ class SessionState:
 class SessionManager:
     """Holds loaded session contexts, at most ``max_cached`` of them (least recently used evicted)."""
 
-    def __init__(self, store: ConversationStore, config: Callable[[], Any], sink: DropSink,
+    def __init__(self, store: ConversationStore, config: Callable[[], Config], sink: DropSink,
                  max_cached: int = 2000, max_idle: float = IDLE_EVICT_SECONDS,
                  live: LiveSessions | None = None) -> None:
         self.store = store

@@ -23,9 +23,12 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.tokens import CONTEXT_WINDOWS, DEFAULT_CONTEXT_WINDOW, context_window
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ class ModelWindows:
     """``windows(model)`` is the model's window in tokens, as our token counter counts (:meth:`ratio`);
     :meth:`get` gives the server's window and where it came from."""
 
-    def __init__(self, config: Callable[[], Any]) -> None:
+    def __init__(self, config: Callable[[], Config]) -> None:
         self.config = config
         self._found: dict[str, Window] = {}
         self._ratios: dict[str, float] = {}

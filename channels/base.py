@@ -21,12 +21,14 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from core.messages import IncomingMessage, MessageHandler, MessageSubmitter, ReplyStream
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ class BaseChannel(ABC):
         return None
 
     @classmethod
-    def preflight(cls, cfg: Any) -> str | None:
+    def preflight(cls, cfg: Config) -> str | None:
         """Why this channel cannot run with ``cfg`` (one line, e.g. a missing token), checked at start before
         anything connects; None when it can try. Nothing may be connected or sent here."""
         return None

@@ -22,9 +22,12 @@ import inspect
 import logging
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.base import BaseChannel
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ def _channel_class(factory: ChannelFactory) -> type[BaseChannel] | None:
     return factory if isinstance(factory, type) and issubclass(factory, BaseChannel) else None
 
 
-def channel_problem(name: str, cfg: Any) -> str | None:
+def channel_problem(name: str, cfg: Config) -> str | None:
     """Why channel ``name`` cannot run with ``cfg``, in one line, or None: its module cannot be imported, its
     settings are invalid, or its own :meth:`BaseChannel.preflight` says so. Nothing is connected."""
     try:
@@ -125,7 +128,7 @@ def channel_problem(name: str, cfg: Any) -> str | None:
     return cls.preflight(cfg)
 
 
-def channel_settings(name: str, cfg: Any) -> Any:
+def channel_settings(name: str, cfg: Config) -> Any:
     """A third-party channel's own settings: ``plugins.<name>`` in config.json, validated with the channel's
     ``Settings`` model; None for a channel without one. Raises ``ValueError`` with a one-line reason."""
     cls = _channel_class(channel_factory(name))

@@ -56,7 +56,7 @@ THINKING_SECONDS = 6.0
 HISTORY_FILE = "terminal_history"
 
 
-def start_banner(cfg: Any, window: str = "") -> str:
+def start_banner(cfg: Config, window: str = "") -> str:
     """The lines shown when the terminal starts: model, endpoint, its window (and where it came from), data
     folder, and how to get help or quit."""
     return "\n".join([

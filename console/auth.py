@@ -15,11 +15,15 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.admins import AuthGuard
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +101,7 @@ def csrf_ok(session: ConsoleSession | None, given: Any) -> bool:
 class Access:
     """The console's credentials: the password in force, or this start's token."""
 
-    def __init__(self, config: Any, data_dir: Path) -> None:
+    def __init__(self, config: Callable[[], Config], data_dir: Path) -> None:
         self.config = config
         self.token = secrets.token_urlsafe(24)
         self.guard = AuthGuard(path=data_dir / LOCKOUT_FILE)

@@ -14,7 +14,7 @@ import json
 import logging
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from yarl import URL
@@ -36,6 +36,10 @@ from config.settings import (
 )
 from console.server import console_of
 from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bootstrap.services import Services
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -205,13 +209,13 @@ async def save_config(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther(str(URL("/config").with_query(notice=notice)))
 
 
-def _plugin_check(services: Any, changes: dict[str, Any]) -> Any:
+def _plugin_check(services: Services, changes: dict[str, Any]) -> Any:
     """Plugin settings are validated with each plugin's own model before anything is written."""
     manager = services.plugins
     if "plugins" not in changes or manager is None:
         return None
 
-    def check(cfg: Any) -> None:
+    def check(cfg: Config) -> None:
         error = manager.check_settings(cfg.plugins)
         if error:
             raise ConfigError(error)

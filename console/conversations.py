@@ -8,7 +8,7 @@ import json
 import logging
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from yarl import URL
@@ -18,6 +18,9 @@ from console.server import console_of
 from core.records import SessionInfo
 from memory.daily import LONG_TERM_FILE, session_dir_name
 from memory.forget import forget_session
+
+if TYPE_CHECKING:
+    from bootstrap.services import Services
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ _CHECKS: dict[tuple[str, int, int, str], data.SummaryCheck | None] = {}
 MAX_CACHED = 200_000
 
 
-def count_tokens(services: Any, contexts: dict[str, list[tuple[int, dict[str, Any]]]]) -> dict[str, int]:
+def count_tokens(services: Services, contexts: dict[str, list[tuple[int, dict[str, Any]]]]) -> dict[str, int]:
     """The tokens now in each conversation's context, counted with the model's tokenizer (in a worker thread)."""
     counter = services.agent.counter(services.config().model)
     if len(_TOKENS) > MAX_CACHED:
@@ -71,7 +74,7 @@ async def list_page(request: web.Request) -> web.StreamResponse:
                           limit=data.LIST_LIMIT)
 
 
-def memory_files(services: Any, session_id: str) -> list[tuple[str, str]]:
+def memory_files(services: Services, session_id: str) -> list[tuple[str, str]]:
     """The conversation's memory files, daily files newest first and MEMORY.md last: ``(name, text)``."""
     folder = services.memory.session_dir(session_id)
     if not folder.is_dir() or folder.is_symlink():

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -20,6 +20,9 @@ from console.server import console_of
 from memory.daily import FILE_LOCKS, LONG_TERM_FILE, session_dir_name
 from memory.notes import NOTES_MAX_CHARS, read_note_file, write_atomic
 from memory.person import PEOPLE_DIR, PERSON_FILE, PERSON_MAX_CHARS
+
+if TYPE_CHECKING:
+    from bootstrap.services import Services
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +36,11 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/memory/edit", save)
 
 
-def _root(services: Any) -> Path:
+def _root(services: Services) -> Path:
     return Path(services.memory.root)
 
 
-def note_path(services: Any, kind: str, folder: str) -> tuple[Path, int]:
+def note_path(services: Services, kind: str, folder: str) -> tuple[Path, int]:
     """The file a ``kind`` (``session`` or ``person``) and folder name stand for, and its cap; 404 otherwise."""
     if not _FOLDER.fullmatch(folder) or folder in (".", "..") or (kind == "session" and folder == PEOPLE_DIR):
         raise web.HTTPNotFound(text="No such memory folder.")
@@ -55,7 +58,7 @@ def digest(text: str | None) -> str:
 
 
 
-def scan(services: Any, names: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def scan(services: Services, names: dict[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Each conversation folder (with its session id when known) and each person folder, with sizes."""
     root = _root(services)
     sessions, people = [], []
@@ -142,14 +145,14 @@ async def save(request: web.Request) -> web.StreamResponse:
                           notice=f"Saved ({len(text):,} of {cap:,} characters).")
 
 
-async def _session_of(services: Any, folder: str) -> str | None:
+async def _session_of(services: Services, folder: str) -> str | None:
     from console.data import list_sessions
 
     rows = await services.store.run(list_sessions, "", 10_000)
     return next((r.session_id for r in rows if session_dir_name(r.session_id) == folder), None)
 
 
-def _reindex(services: Any, session_id: str) -> None:
+def _reindex(services: Services, session_id: str) -> None:
     """Rebuild the conversation's search index from its files, in the background."""
     async def run() -> None:
         try:

@@ -21,6 +21,7 @@ from aiohttp import web
 from console.auth import COOKIE, Access, ConsoleSession, SessionStore, csrf_ok, is_loopback
 
 if TYPE_CHECKING:
+    from bootstrap.services import Services
     from channels.base import BaseChannel
     from dispatcher.leader import Leadership
 
@@ -47,7 +48,7 @@ NAV = [("/", "Status"), ("/conversations", "Conversations"), ("/memory", "Memory
 class WebConsole:
     """The web console of one bot process."""
 
-    def __init__(self, services: Any, channel_failures: dict[str, str] | None = None, *,
+    def __init__(self, services: Services, channel_failures: dict[str, str] | None = None, *,
                  channels: list[BaseChannel] | None = None, leadership: Leadership | None = None) -> None:
         self.services = services
         self.channel_failures = channel_failures if channel_failures is not None else {}
@@ -273,7 +274,7 @@ def console_of(request: web.Request) -> WebConsole:
     return request.app[CONSOLE]
 
 
-async def start_console(services: Any, channel_failures: dict[str, str] | None = None, *,
+async def start_console(services: Services, channel_failures: dict[str, str] | None = None, *,
                         channels: list[BaseChannel] | None = None,
                         leadership: Leadership | None = None) -> WebConsole | None:
     """Start the console of ``services``' settings; None when it is off or could not start."""

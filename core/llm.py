@@ -6,6 +6,7 @@ The OpenAI-compatible implementation is :mod:`agent.llm`; tests use a fake that 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -97,6 +98,22 @@ class BaseLLM(Protocol):
     async def close(self) -> None:
         """Release the client's connections (at stop)."""
         ...
+
+
+class ReplySlots(Protocol):
+    """The request slots of an endpoint that serves a few requests at once (agent/slots.py)."""
+
+    def reply_coming(self) -> AbstractContextManager[None]:
+        """While a turn prepares and makes its reply's calls, background calls take no free slot."""
+        ...
+
+
+@runtime_checkable
+class SlottedLLM(BaseLLM, Protocol):
+    """A model client whose endpoint may serve a limited number of requests at once (``model_max_parallel``)."""
+
+    #: None while the endpoint is not limited
+    slots: ReplySlots | None
 
 
 #: Called with each new piece of visible answer text while a reply streams.

@@ -12,11 +12,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from config.settings import atomic_write_json
 from core.messages import IncomingMessage
 from store.conversations import ConversationStore
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +34,7 @@ LOCKOUT_FILE = "auth_lockouts.json"
 class Admins:
     """The admins of the bot; grants are loaded from the store and added by ``/auth``."""
 
-    def __init__(self, store: ConversationStore, config: Callable[[], Any], *, shared: bool = False) -> None:
+    def __init__(self, store: ConversationStore, config: Callable[[], Config], *, shared: bool = False) -> None:
         self.store = store
         self.config = config
         #: other processes may grant admins too (several processes on one database)

@@ -18,10 +18,14 @@ import asyncio
 import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.messages import IncomingMessage
 from store.group_messages import BACKGROUND, TRIGGER
+
+if TYPE_CHECKING:
+    from config.settings import Config
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +36,7 @@ RECEIVED_AT = "received_at"
 class GroupBackground:
     """Stores group background messages and trigger marks, one small insert each, off the caller's path."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: ConversationStore) -> None:
         self.store = store
         self._last = datetime.fromtimestamp(0, UTC)
         self._writes: set[asyncio.Task] = set()
@@ -77,7 +81,7 @@ def format_line(user_name: str, text: str, sent_at: datetime, zone: Any) -> str:
     return f"[{sent_at.astimezone(zone):%H:%M} {user_name}] {text}"
 
 
-async def background_lines(store: Any, msg: IncomingMessage, cfg: Any) -> list[str]:
+async def background_lines(store: ConversationStore, msg: IncomingMessage, cfg: Config) -> list[str]:
     """The group's background for a request, oldest first; [] outside groups or when turned off."""
     limit = cfg.group_context_messages
     received = msg.extra.get(RECEIVED_AT) if msg.is_group else None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent.session import SessionManager
 from channels.base import BaseChannel
@@ -37,6 +37,9 @@ from dispatcher.outbox import Outbox
 from dispatcher.resume import resumed_item
 from store.conversations import ConversationStore, database_unavailable
 from store.locks import Locks
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +61,10 @@ class ClaimHost(Protocol):
     locks: Locks
     outbox: Outbox
     recent: RecentIds
-    channels: Mapping[str, BaseChannel]
-    config: Callable[[], Any]
+    config: Callable[[], Config]
+
+    @property
+    def channels(self) -> Mapping[str, BaseChannel]: ...
 
     @property
     def stopping(self) -> bool: ...

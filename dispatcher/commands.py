@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from config.settings import SECRET_KEYS
 from core.messages import IncomingMessage
@@ -19,6 +19,7 @@ SECRET_COMMANDS = frozenset({"auth"})
 _COMMAND = re.compile(r"^/(?P<command>[A-Za-z0-9_]+)(?:@(?P<mention>[A-Za-z0-9_]+))?(?:\s+(?P<args>.*))?$", re.S)
 
 if TYPE_CHECKING:
+    from bootstrap.services import Services
     from channels.base import BaseChannel
 
 
@@ -75,7 +76,7 @@ class CommandRequest:
     session: SessionInfo
     is_admin: bool
     #: the application's services (config, store, sessions, agent, summariser, ...), for built-ins
-    services: Any = None
+    services: Services | None = None
     #: the channel the command came through (its chat-side state, e.g. the terminal's line history)
     channel: BaseChannel | None = None
 

@@ -17,6 +17,9 @@ from store.conversations import database_unavailable
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
+    from agent.session import SessionManager
+    from store.conversations import ConversationStore
+
 logger = logging.getLogger(__name__)
 
 #: How often a turn or journal write is tried again while the database is unavailable, and how long apart
@@ -49,8 +52,8 @@ async def journalled(item: WorkItem, record: Callable[[WorkItem], Awaitable[Any]
                                                           before_sleep=log)
 
 
-async def wait_for_database(item: WorkItem, failure: Exception, retries: int, *, delay: float, store: Any,
-                            sessions: Any, claim_alive: Callable[[], Awaitable[bool]] | None) -> int:
+async def wait_for_database(item: WorkItem, failure: Exception, retries: int, *, delay: float, store: ConversationStore,
+                            sessions: SessionManager, claim_alive: Callable[[], Awaitable[bool]] | None) -> int:
     """After a failed turn: when the database went away, wait until the turn can run again from what is
     stored.
 

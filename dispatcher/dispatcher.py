@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent
 from agent.session import SessionManager
@@ -60,6 +60,10 @@ from store.locks import LocalLocks, Locks
 from store.reminders import Reminders
 from usage.caps import ALLOWED, Turn, UsageCaps, speaker_of
 
+if TYPE_CHECKING:
+    from bootstrap.services import Services
+    from config.settings import Config
+
 logger = logging.getLogger(__name__)
 
 class Dispatcher:
@@ -68,12 +72,12 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        config: Callable[[], Any],
+        config: Callable[[], Config],
         store: ConversationStore,
         agent: Agent,
         sessions: SessionManager,
         commands: CommandRegistry | None = None,
-        services: Any = None,
+        services: Services | None = None,
         locks: Locks | None = None,
         admins: Admins | None = None,
         hooks: MessageHooks | None = None,

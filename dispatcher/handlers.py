@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
@@ -24,10 +24,13 @@ from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COM
 from store.conversations import ConversationStore
 from usage.caps import ALLOWED, Turn, speaker_of
 
+if TYPE_CHECKING:
+    from bootstrap.services import Services
+
 logger = logging.getLogger(__name__)
 
 
-async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool, services: Any,
+async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool, services: Services,
                       channel: BaseChannel | None = None) -> str | None:
     """Run the item's command (after the admin and private-chat checks) and return its reply."""
     assert item.command is not None

@@ -11,15 +11,18 @@ Channels whose platform ids are unstable (WeChat) put a stable name in ``chat_id
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.messages import IncomingMessage
 from core.records import SessionInfo
 
+if TYPE_CHECKING:
+    from config.settings import Config
+
 logger = logging.getLogger(__name__)
 
 
-def session_for(msg: IncomingMessage, cfg: Any) -> SessionInfo:
+def session_for(msg: IncomingMessage, cfg: Config) -> SessionInfo:
     """The session ``msg`` belongs to under ``cfg.group_shared_session``: id, owner and title."""
     if not msg.is_group:
         session_id, user_id = f"{msg.channel}:{msg.chat_id}", msg.user_id

@@ -12,12 +12,15 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.messages import IncomingMessage
 from core.records import SessionInfo
 from dispatcher.commands import CommandObject, parse_command, secret_free
 from dispatcher.triggers import group_allowed, triggered_text
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ def _ignored(reason: str, background: str | None = None) -> Trigger:
     return Trigger(act=False, background=background, reason=reason)
 
 
-def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: bool = False) -> Trigger:
+def evaluate(msg: IncomingMessage, cfg: Config, bot_username: str, *, accepted: bool = False) -> Trigger:
     """The one evaluation of a message's triggers, for intake, the group background and crash resume.
 
     Commands addressed to another bot, untriggered group messages and non-text group messages are not acted
@@ -116,7 +119,7 @@ def evaluate(msg: IncomingMessage, cfg: Any, bot_username: str, *, accepted: boo
     return Trigger(act=True, text=speaker_text(msg, text) if msg.is_group else text)
 
 
-def _media_trigger(msg: IncomingMessage, cfg: Any, bot_username: str) -> Trigger:
+def _media_trigger(msg: IncomingMessage, cfg: Config, bot_username: str) -> Trigger:
     """A photo or voice note (DESIGN §5.1): acted on in a private chat; in a group when its caption triggers
     the bot or it replies to the bot. The text is its caption, as a text message's would be."""
     if not msg.is_group:
@@ -127,7 +130,7 @@ def _media_trigger(msg: IncomingMessage, cfg: Any, bot_username: str) -> Trigger
     return Trigger(act=True, text=speaker_text(msg, with_reply(msg, triggered)))
 
 
-def _untriggered(msg: IncomingMessage, cfg: Any) -> str:
+def _untriggered(msg: IncomingMessage, cfg: Config) -> str:
     if msg.is_group:
         return "it does not trigger the bot (group_chat_prefix, an @mention, group_chat_keyword or a reply)"
     prefixes = json.dumps(cfg.single_chat_prefix, ensure_ascii=False)
@@ -135,7 +138,7 @@ def _untriggered(msg: IncomingMessage, cfg: Any) -> str:
             'single_chat_prefix to [""] to answer every message')
 
 
-def _background(msg: IncomingMessage, cfg: Any) -> str | None:
+def _background(msg: IncomingMessage, cfg: Config) -> str | None:
     """An untriggered text message of a served group, kept while ``group_context_messages`` is on."""
     text = msg.text.strip()
     if not msg.is_group or cfg.group_context_messages <= 0 or not text:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.llm import NO_MODEL_HINT
 from channels.base import BaseChannel
@@ -28,6 +28,9 @@ from core.errors import (
 )
 from core.messages import IncomingMessage, ReplyStream
 
+if TYPE_CHECKING:
+    from config.settings import Config
+
 logger = logging.getLogger(__name__)
 
 TEXT_ONLY_REPLY = "I can only read text messages for now. Please type what you would like to say."
@@ -46,13 +49,13 @@ TYPING_INTERVAL = 4.0
 STILL_WORKING_AFTER = 20.0
 
 
-def with_prefix(cfg: Any, msg: IncomingMessage, text: str) -> str:
+def with_prefix(cfg: Config, msg: IncomingMessage, text: str) -> str:
     """``text`` with the configured reply prefix for private or group chats."""
     prefix = cfg.group_chat_reply_prefix if msg.is_group else cfg.single_chat_reply_prefix
     return f"{prefix}{text}" if prefix else text
 
 
-def error_reply(session_id: str, exc: BaseException, cfg: Any) -> str:
+def error_reply(session_id: str, exc: BaseException, cfg: Config) -> str:
     """Log a failed turn (traceback) and return the short sentence the user gets."""
     if isinstance(exc, NotConfiguredError):
         logger.warning("session %s: no model configured", session_id)
@@ -150,9 +153,9 @@ class StreamedReply:
             logger.exception("could not close a streamed reply")
 
 
-def open_stream(channel: BaseChannel | None, cfg: Any, msg: IncomingMessage) -> StreamedReply | None:
+def open_stream(channel: BaseChannel | None, cfg: Config, msg: IncomingMessage) -> StreamedReply | None:
     """A streamed reply for an agent turn, when ``stream_replies`` is on and the channel can show one."""
-    if channel is None or not getattr(cfg, "stream_replies", False):
+    if channel is None or not cfg.stream_replies:
         return None
     stream = channel.open_stream(msg)
     if stream is None:

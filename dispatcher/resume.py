@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
@@ -16,10 +16,13 @@ from dispatcher.identity import session_for
 from dispatcher.intake import RecentIds, WorkItem, evaluate
 from store.conversations import ConversationStore
 
+if TYPE_CHECKING:
+    from config.settings import Config
+
 logger = logging.getLogger(__name__)
 
 
-async def pending_items(store: ConversationStore, cfg: Any, channels: Mapping[str, BaseChannel],
+async def pending_items(store: ConversationStore, cfg: Config, channels: Mapping[str, BaseChannel],
                         recent: RecentIds, live_ids: Callable[[], Awaitable[set[int]]] | None = None,
                         skip: Container[str] = (),
                         ) -> AsyncIterator[WorkItem]:
@@ -52,7 +55,7 @@ async def pending_items(store: ConversationStore, cfg: Any, channels: Mapping[st
         yield item
 
 
-async def resumed_item(store: ConversationStore, cfg: Any, channel: BaseChannel, row: PendingIncoming,
+async def resumed_item(store: ConversationStore, cfg: Config, channel: BaseChannel, row: PendingIncoming,
                        msg: IncomingMessage) -> WorkItem:
     """The work item of a journalled message, in the session it was journalled in."""
     info = session_for(msg, cfg)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.messages import IncomingMessage
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +27,7 @@ def _strip_mention(text: str, bot_username: str) -> str:
     return re.sub(rf"@{re.escape(bot_username)}\b[\s\u2005]*", "", text, flags=re.I).strip()
 
 
-def triggered_text(msg: IncomingMessage, cfg: Any, bot_username: str = "") -> str | None:
+def triggered_text(msg: IncomingMessage, cfg: Config, bot_username: str = "") -> str | None:
     """The text to act on if the message triggers the bot, else None.
 
     Private chats: the text must start with one of ``single_chat_prefix`` ("" means any message), which

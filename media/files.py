@@ -21,9 +21,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memory.daily import session_dir_name
+
+if TYPE_CHECKING:
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +232,7 @@ __all__ = [
 ]
 
 
-async def sweep_media(store: Any, data_dir: Path) -> int:
+async def sweep_media(store: ConversationStore, data_dir: Path) -> int:
     """The cleanup job's part (store/retention.py): delete the image folders whose session is no longer stored;
     return the image files deleted. The folders are listed before the sessions are read (see
     :func:`sweep_orphans`)."""

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.images import Vision
 from core.errors import EndpointNotFoundError, ModelNotFoundError, TransientLLMError
@@ -30,6 +30,10 @@ from core.usage import usage_scope
 from dispatcher.intake import speaker_text, with_reply
 from media.files import ImageError, image_executor, save_image
 from usage.caps import speaker_of
+
+if TYPE_CHECKING:
+    from config.settings import Config
+    from core.llm import BaseLLM
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ def heard_line(transcript: str) -> str:
 class MediaIntake:
     """Turns a photo or voice note into the user message of its turn (see the module's docstring)."""
 
-    def __init__(self, config: Callable[[], Any], llm: Any, vision: Vision) -> None:
+    def __init__(self, config: Callable[[], Config], llm: BaseLLM, vision: Vision) -> None:
         self.config = config
         self.llm = llm
         self.vision = vision

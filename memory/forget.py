@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
@@ -19,6 +19,9 @@ from media.files import delete_session_media
 from memory.daily import LONG_TERM_FILE, DailyMemory
 from store.group_messages import delete_group_messages
 from store.models import Base, GroupMessageRow, SessionRow
+
+if TYPE_CHECKING:
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ def delete_memory_files(memory: DailyMemory, session_id: str) -> list[str]:
     return removed
 
 
-async def forget_session(store: Any, memory: DailyMemory, session_id: str) -> ForgetReport:
+async def forget_session(store: ConversationStore, memory: DailyMemory, session_id: str) -> ForgetReport:
     """Delete everything the bot keeps about a session: database rows first, then the memory files and the
     image files of its photos (``<data_dir>/media/<session dir>/``, beside ``<data_dir>/memory``)."""
     rows = await store.run(delete_session_history, session_id)

@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from memory.embeddings import BaseEmbedder, quantise
 from memory.ranking import fuse, top
 from store import message_vectors as mv
 from store.history_search import HistoryHit, history_hits, message_text, rank_history
+
+if TYPE_CHECKING:
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ class SessionVectors:
 class HistoryIndex:
     """The vectors of every stored turn: the background indexer and the hybrid search over them."""
 
-    def __init__(self, store: Any, embedder: BaseEmbedder | None = None) -> None:
+    def __init__(self, store: ConversationStore, embedder: BaseEmbedder | None = None) -> None:
         self.store = store
         self.embedder = embedder
         #: the settings the embedder was built from (the memory_index plugin compares them)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
@@ -27,6 +27,9 @@ from sqlalchemy.engine import Connection
 from memory.daily import LONG_TERM_FILE, DailyMemory, valid_date
 from memory.embeddings import BaseEmbedder, to_bytes
 from store.models import MemoryChunkRow, utcnow
+
+if TYPE_CHECKING:
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +159,7 @@ def _models(conn: Connection, session_id: str) -> dict[str, int]:
 class MemoryIndex:
     """One process's access to the index: embeds passages with ``embedder`` (None: keywords only)."""
 
-    def __init__(self, store: Any, embedder: BaseEmbedder | None, memory: DailyMemory) -> None:
+    def __init__(self, store: ConversationStore, embedder: BaseEmbedder | None, memory: DailyMemory) -> None:
         self.store = store
         self.embedder = embedder
         self.memory = memory

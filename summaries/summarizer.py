@@ -69,6 +69,8 @@ from summaries.text import (
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
+    from config.settings import Config
+
 logger = logging.getLogger(__name__)
 
 REASONS = frozenset({"trim", "restore", "overflow", "clear", "compact"})
@@ -140,7 +142,7 @@ class Summarizer:
         *,
         store: ConversationStore,
         llm: BaseLLM,
-        config: Callable[[], Any],
+        config: Callable[[], Config],
         sessions: LiveStates | None,
         daily: DailyMemory,
         retry: RetryPolicy = SUMMARY_CALL,

@@ -22,10 +22,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.records import SessionInfo
 from store.usage import UsageStore, Who, local_midnight
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +106,7 @@ class UsageCaps:
     """Decides, before a turn, whether a cap was reached, and keeps the turns in flight visible to every
     process until their tokens are recorded."""
 
-    def __init__(self, usage: UsageStore, config: Callable[[], Any]) -> None:
+    def __init__(self, usage: UsageStore, config: Callable[[], Config]) -> None:
         self.usage = usage
         self.config = config
         #: one check at a time in this process: a turn checked after another sees that one in flight

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.records import SessionInfo
 from store.usage import ModelTokens, UsageStore, Who, local_midnight
 from usage.caps import chat_of, day_bounds, reset_text, speaker_of
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ def _against(used: int, cap: int) -> str:
     return f" of a daily cap of {cap:,} ({left:,} left)" if left > 0 else f" of a daily cap of {cap:,} (reached)"
 
 
-async def usage_text(usage: UsageStore, cfg: Any, info: SessionInfo, channel: str, user_id: str, *,
+async def usage_text(usage: UsageStore, cfg: Config, info: SessionInfo, channel: str, user_id: str, *,
                      is_admin: bool, now: datetime | None = None) -> str:
     """The ``/usage`` reply for ``channel:user_id`` in ``info``'s chat."""
     now = now or datetime.now(UTC)

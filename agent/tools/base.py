@@ -155,7 +155,7 @@ def tool(fn: ToolFunction | None = None, *, name: str | None = None):
     return wrap(fn) if fn is not None else wrap
 
 
-def bind_services(t: Tool, services: Any) -> Tool:
+def bind_services(t: Tool, services: Services) -> Tool:
     """``t``, called with ``services`` in its context when the caller's context has none."""
     function = t.function
 

@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Message, ReplyParameters, Update
@@ -54,6 +54,10 @@ from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks
 from channels.telegram.webhook import WebhookServer
 from core.messages import IncomingMessage, ReplyStream
 from core.retry import FLOOD_LIMIT
+
+if TYPE_CHECKING:
+    from bootstrap.services import Services
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -111,7 +115,7 @@ class TelegramChannel(BaseChannel):
     name = "telegram"
 
     @classmethod
-    def preflight(cls, cfg: Any) -> str | None:
+    def preflight(cls, cfg: Config) -> str | None:
         """Telegram needs a bot token, and webhook mode its public URL."""
         if not cfg.telegram_bot_token:
             return ("telegram_bot_token is empty: get a token from @BotFather and set "
@@ -120,7 +124,7 @@ class TelegramChannel(BaseChannel):
             return "telegram_mode is webhook but telegram_webhook_url is empty"
         return None
 
-    def __init__(self, config: Any, *, services: Any = None, poll_timeout: float = 10.0) -> None:
+    def __init__(self, config: Config, *, services: Services | None = None, poll_timeout: float = 10.0) -> None:
         super().__init__()
         self.config = config
         #: the application's parts; the command menu is read from ``services.commands`` at start

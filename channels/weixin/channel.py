@@ -32,7 +32,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import segno
@@ -58,6 +58,9 @@ from channels.weixin.login import Account, LoginFiles, LoginState, QrLogin
 from channels.weixin.text import MESSAGE_LIMIT, split_text
 from core.errors import BotError
 from core.messages import IncomingMessage
+
+if TYPE_CHECKING:
+    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +144,7 @@ class WeixinChannel(BaseChannel):
 
     name = "weixin"
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config) -> None:
         super().__init__()
         self.config = config
         self.files = LoginFiles(Path(config.data_dir))

@@ -118,7 +118,7 @@ def _plugin_check(services: Services, parts: list[str]) -> Callable[[Any], None]
     if parts[0] != "plugins" or manager is None:
         return None
 
-    def check(cfg: Any) -> None:
+    def check(cfg: Config) -> None:
         plugins = cfg.plugins if len(parts) == 1 else {parts[1]: cfg.plugins.get(parts[1], {})}
         error = manager.check_settings(plugins)
         if error:

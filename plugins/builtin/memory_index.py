@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memory.daily import LONG_TERM_FILE, DailyMemory
 from memory.embeddings import build_embedder
@@ -21,14 +21,18 @@ from memory.index import MemoryIndex
 from memory.search import MemorySearch
 from plugins.hookspecs import hookimpl
 
+if TYPE_CHECKING:
+    from bootstrap.services import Services
+    from config.settings import Config
+
 logger = logging.getLogger(__name__)
 
-def embedding_settings(cfg: Any) -> tuple[str, str, str]:
+def embedding_settings(cfg: Config) -> tuple[str, str, str]:
     """What the embedder depends on: the model setting, the endpoint and its key."""
     return cfg.memory_embedding_model, cfg.open_ai_api_base, cfg.open_ai_api_key
 
 
-def searcher(services: Any) -> MemorySearch:
+def searcher(services: Services) -> MemorySearch:
     """This bot's memory search (created on first use), its embedder matching the settings in force."""
     cfg = services.config()
     found: MemorySearch | None = services.memory_search
@@ -50,7 +54,7 @@ def searcher(services: Any) -> MemorySearch:
     return found
 
 
-def history_index(services: Any) -> HistoryIndex:
+def history_index(services: Services) -> HistoryIndex:
     """This bot's index of stored turns, its embedder matching the settings in force."""
     searcher(services)
     assert services.history_index is not None
@@ -87,7 +91,7 @@ def memory_written(session_id, kind, text, path, services) -> None:
     task.add_done_callback(tasks.discard)
 
 
-async def index_written(session_id: str, kind: str, text: str, path: Any, services: Any) -> None:
+async def index_written(session_id: str, kind: str, text: str, path: Path, services: Services) -> None:
     """Index one written summary section or note now."""
     if kind not in ("summary", "note") or not text:
         return
@@ -96,7 +100,7 @@ async def index_written(session_id: str, kind: str, text: str, path: Any, servic
         await searcher(services).index.add(session_id, kind, text, source)
 
 
-async def wait_indexed(services: Any) -> None:
+async def wait_indexed(services: Services) -> None:
     """Wait until every background indexing started so far is done (tests, shutdown)."""
     tasks = services.memory_search.index.pending if services.memory_search is not None else None
     if tasks:
