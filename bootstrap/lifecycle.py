@@ -1,8 +1,8 @@
 """Parts started in order and stopped in the reverse order, each start paired with its stop.
 
-In the spirit of nonebot2's ``on_startup``/``on_shutdown`` and PTB's ``initialize``/``shutdown``: ``app.py``
-registers a part as it starts it, so what started is exactly what stops, last first. A stop that fails is
-logged and the others still run.
+In the spirit of nonebot2's ``on_startup``/``on_shutdown`` and PTB's ``initialize``/``shutdown``: the
+runner (bootstrap/runner.py) registers a part as it starts it, so what started is exactly what stops, last
+first. A stop that fails is logged and the others still run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The parts built at start that commands, tools and plugins may use, each with its type.
 
-Built by ``app.py`` in dependency order and handed to the dispatcher, the plugin manager and the channels
-at construction. The dispatcher itself is not among them: commands act on sessions, the store and the
-admins, not on the message path. Two parts are optional: the plugin manager (set by
+Built at start by bootstrap/compose.py in dependency order and handed to the dispatcher, the plugin manager
+and the channels at construction. The dispatcher itself is not among them: commands act on sessions, the
+store and the admins, not on the message path. Two parts are optional: the plugin manager (set by
 :func:`plugins.manager.install`, which needs the services to load the plugins) and the memory search (made
 by the ``memory_index`` plugin, which may be disabled).
 """

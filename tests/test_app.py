@@ -1,4 +1,5 @@
-"""Unit tests of app.py's own helpers (the whole bot is exercised by the e2e tests)."""
+"""Unit tests of app.py, the runner's helpers (bootstrap/runner.py) and the heap's freeze (the whole bot is
+exercised by the e2e tests)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app import GC_YOUNG_THRESHOLD, App, freeze_heap, run_loop
+from app import run_loop
+from bootstrap.runner import App
+from core.heap import GC_YOUNG_THRESHOLD, freeze
 
 
 async def test_warm_up_runs_off_the_loop_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
@@ -45,20 +48,20 @@ def _in_loop_thread() -> bool:
     return True
 
 
-def test_freeze_heap_takes_start_up_objects_out_of_collections() -> None:
+def test_freeze_takes_start_up_objects_out_of_collections() -> None:
     marker: list[object] = [object()]
     assert any(o is marker for o in gc.get_objects())
     before = gc.get_threshold()
     try:
-        freeze_heap()
+        freeze()
         assert gc.get_freeze_count() > 0
         assert not any(o is marker for o in gc.get_objects())  # full collections no longer traverse it
         later: list[object] = [object()]
         assert any(o is later for o in gc.get_objects())
         # young collections run less often; the older generations keep their ratios, and a second call
-        # (app.py freezes again once the warm-ups are done) changes nothing more
+        # (the runner freezes again once the warm-ups are done) changes nothing more
         assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
-        freeze_heap()
+        freeze()
         assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
     finally:
         gc.unfreeze()

@@ -129,14 +129,15 @@ def test_due_during_a_kill_9_outage_fires_once_after_restart_marked_late(servers
 
 
 async def test_daily_reminder_fires_on_two_consecutive_simulated_days(servers, tmp_path):
-    """``app.py``'s App in this process (so its clock can be moved) with the Telegram fake: a daily reminder
-    fires at 09:00 on one day and, the clock moved on, at 09:00 the next day, once each."""
+    """The App ``app.py`` runs (bootstrap/runner.py), in this process so its clock can be moved, with the
+    Telegram fake: a daily reminder fires at 09:00 on one day and, the clock moved on, at 09:00 the next day,
+    once each."""
     import asyncio
     from zoneinfo import ZoneInfo
 
     import time_machine
 
-    from app import App
+    from bootstrap.runner import App
     from config.settings import load_config
 
     api, llm = servers
