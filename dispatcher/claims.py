@@ -32,7 +32,7 @@ from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
 from core.records import PendingIncoming
-from dispatcher.intake import RecentIds, WorkItem
+from dispatcher.intake import RecentIds, Stage, WorkItem
 from dispatcher.outbox import Outbox
 from dispatcher.resume import resumed_item
 from store.conversations import ConversationStore, database_unavailable
@@ -130,9 +130,8 @@ class SessionClaims:
                         break
                     tried.add(row.id)
                     item = self.local.get(row.id) or await self._journal_item_or_drop(row)
-                    if item is None or item.handled:
+                    if item is None or not item.advance(Stage.ANSWERING):  # none, or answered already
                         continue
-                    item.handled = True
                     await self.d.answer_claimed(item)
                     answered += 1
         finally:
@@ -171,7 +170,6 @@ class SessionClaims:
         self.d.recent.add(msg.channel, msg.message_id)
         item = await resumed_item(self.d.store, self.d.config(), channel, row, msg)
         item.reply = row.reply
-        item.turn_finished = True  # it was never counted as queued here
         return item
 
     def _sync_context(self, session_id: str, version: tuple[int, int] | None) -> None:

@@ -38,7 +38,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import MEDIA_KINDS, RecentIds, WorkItem, evaluate, report_ignored
+from dispatcher.intake import MEDIA_KINDS, RecentIds, Stage, WorkItem, evaluate, report_ignored
 from dispatcher.journal import JournalWriter
 from dispatcher.outbox import Outbox
 from dispatcher.queue import Poke, SessionQueue
@@ -300,7 +300,7 @@ class Dispatcher:
             await self.claims.run(session_id)
             return
         try:
-            if item.handled:  # a claimed run of its session answered it already
+            if item.stage >= Stage.ANSWERING:  # a claimed run of its session answered it already
                 return
             try:
                 recorded = await self._journalled(item)
@@ -332,6 +332,7 @@ class Dispatcher:
         return await journalled(item, self.journal.record, self.db_retry_delay)
 
     async def _process(self, item: WorkItem) -> None:
+        item.advance(Stage.ANSWERING)
         started = time.perf_counter()
         outcome, reply, tool_calls = "kept reply", item.reply, 0
         streamed: StreamedReply | None = None

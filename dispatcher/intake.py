@@ -12,6 +12,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from core.messages import IncomingMessage
@@ -30,6 +31,17 @@ RECENT_IDS = 10_000
 MEDIA_KINDS: frozenset[str] = frozenset({"photo", "voice"})
 #: A replied-to message is shown to the model up to this many characters.
 REPLY_QUOTE_CHARS = 1000
+
+
+class Stage(IntEnum):
+    """Where a message is in this process, in order; it only moves forward (:meth:`WorkItem.advance`)."""
+
+    #: accepted (or read back from the journal), waiting for a run of its session
+    QUEUED = 0
+    #: a run of its session (its worker, or a claimed run with several processes) is answering it
+    ANSWERING = 1
+    #: its turn appends nothing more to the session; its reply is delivered by the outbox
+    ANSWERED = 2
 
 
 @dataclass(slots=True)
@@ -58,10 +70,16 @@ class WorkItem:
     reply: str | None = None
     #: the reply the agent kept in the outbox with its answer (the outbox need not keep it again)
     kept_reply: str | None = None
-    turn_finished: bool = False
-    #: answered (or being answered) by a claimed run of its session (several processes, dispatcher/claims.py)
-    handled: bool = False
+    #: where it is (:class:`Stage`); a worker that finds it already answering leaves it to that run
+    stage: Stage = Stage.QUEUED
     received: float = field(default_factory=time.perf_counter)
+
+    def advance(self, stage: Stage) -> bool:
+        """Move to ``stage``; False (and nothing changes) when the item is there or past it already."""
+        if self.stage >= stage:
+            return False
+        self.stage = stage
+        return True
 
 
 @dataclass(frozen=True, slots=True)

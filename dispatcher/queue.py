@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 
 from core.workers import KeyedWorkers
-from dispatcher.intake import WorkItem
+from dispatcher.intake import Stage, WorkItem
 
 
 class Poke:
@@ -27,11 +27,15 @@ class SessionQueue:
                                                                    name="session")
         #: per session: items queued or running whose turn may still append messages
         self._turns: dict[str, int] = {}
+        #: the items counted in ``_turns``, by identity, until their turn is finished
+        self._counted: dict[int, WorkItem] = {}
 
     def enqueue(self, item: WorkItem) -> None:
         """Queue ``item`` on its session's worker; it counts as appending until :meth:`turn_finished`."""
         sid = item.info.session_id
-        self._turns[sid] = self._turns.get(sid, 0) + 1
+        if id(item) not in self._counted:
+            self._counted[id(item)] = item
+            self._turns[sid] = self._turns.get(sid, 0) + 1
         self._workers.submit(sid, item)
 
     def poke(self, session_id: str) -> None:
@@ -39,10 +43,11 @@ class SessionQueue:
         self._workers.submit(session_id, Poke())
 
     def turn_finished(self, item: WorkItem) -> None:
-        """The item will append nothing more to its session (idempotent)."""
-        if item.turn_finished:
+        """The item will append nothing more to its session: it is :attr:`Stage.ANSWERED`, and no longer counts as
+        appending if it was queued here (a claimed run's item read back from the journal never was). Idempotent."""
+        item.advance(Stage.ANSWERED)
+        if self._counted.pop(id(item), None) is None:
             return
-        item.turn_finished = True
         sid = item.info.session_id
         left = self._turns.get(sid, 0) - 1
         if left > 0:
