@@ -330,6 +330,7 @@ def _as_async(func: Callable[[], object]) -> Callable[[], Awaitable[None]]:
 
     return call
 
+
 async def adopt_summary_orphans(summarizer: Summarizer) -> None:
     """Several processes: now and then, run the summary jobs a dead process left pending."""
     while True:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
 def embedding_settings(cfg: Config) -> tuple[str, str, str]:
     """What the embedder depends on: the model setting, the endpoint and its key."""
     return cfg.memory_embedding_model, cfg.open_ai_api_base, cfg.open_ai_api_key
