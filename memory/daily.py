@@ -165,6 +165,39 @@ class MemoryWritten:
 MAX_CACHED_DIRS = 4096
 
 
+class KeyFolders:
+    """The folder of each key (a session id, a person) directly under ``root``, checked once per key.
+
+    A key whose folder name would be empty, ``.`` or ``..``, or whose folder resolves outside the root (a
+    link), raises ``ValueError``. The root's links are resolved once, and each key's folder once (the system
+    prompt reads MEMORY.md and PERSON.md every turn; a realpath walk is a system call per path component).
+    """
+
+    def __init__(self, root: Path, key: str, folder: str) -> None:
+        self.root = Path(root)
+        #: what a key is and what the root is called, for the errors ("session id", "memory folder")
+        self._key, self._folder = key, folder
+        self._resolved_root: Path | None = None
+        self._checked: dict[str, Path] = {}
+
+    def __call__(self, key: str) -> Path:
+        path = self._checked.get(key)
+        if path is not None:
+            return path
+        name = session_dir_name(key)
+        if name in ("", ".", ".."):
+            raise ValueError(f"{self._key} {key!r} cannot name a {self._folder}")
+        if self._resolved_root is None:
+            self._resolved_root = self.root.resolve()
+        path = self.root / name
+        if path.resolve().parent != self._resolved_root:
+            raise ValueError(f"{self._key} {key!r} escapes the {self._folder}")
+        if len(self._checked) >= MAX_CACHED_DIRS:
+            self._checked.clear()
+        self._checked[key] = path
+        return path
+
+
 class DailyMemory:
     """Per-session daily memory files under ``root`` (``<data_dir>/memory``), dated in ``zone``."""
 
@@ -173,34 +206,14 @@ class DailyMemory:
         self.zone = zone
         #: told after each appended summary section and note; may be set after construction
         self.on_written = on_written
-        #: folders already checked (the system prompt reads MEMORY.md every turn: two realpath walks a turn)
-        self._dirs: dict[str, Path] = {}
-        self._root_resolved: Path | None = None
+        self._dirs = KeyFolders(self.root, "session id", "memory folder")
         #: per session: MEMORY.md, read again when it changed
         self._notes = FileCache()
 
     # --- paths ------------------------------------------------------------------------------
-    def _resolved_root(self) -> Path:
-        """The root with its links resolved, once (a realpath walk is a system call per component)."""
-        if self._root_resolved is None:
-            self._root_resolved = self.root.resolve()
-        return self._root_resolved
-
     def session_dir(self, session_id: str) -> Path:
         """This session's folder; raise ``ValueError`` if the id would name anything outside the root."""
-        path = self._dirs.get(session_id)
-        if path is not None:
-            return path
-        name = session_dir_name(session_id)
-        if name in ("", ".", ".."):
-            raise ValueError(f"session id {session_id!r} cannot name a memory folder")
-        path = self.root / name
-        if path.resolve().parent != self._resolved_root():
-            raise ValueError(f"session id {session_id!r} escapes the memory folder")
-        if len(self._dirs) >= MAX_CACHED_DIRS:
-            self._dirs.clear()
-        self._dirs[session_id] = path
-        return path
+        return self._dirs(session_id)
 
     def file_for(self, session_id: str, date: str) -> Path:
         """The daily file of ``date`` (``YYYY-MM-DD``, validated) for this session."""

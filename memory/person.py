@@ -18,7 +18,7 @@ from pathlib import Path
 
 from core.records import SessionInfo
 from dispatcher.identity import is_shared_group
-from memory.daily import FILE_LOCKS, FileCache, cut_notes, session_dir_name
+from memory.daily import FILE_LOCKS, FileCache, KeyFolders, cut_notes
 from memory.notes import NOTES_MAX_CHARS, NoteResult, append_line, lock_key, read_note_file, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -65,20 +65,11 @@ class PersonNotes:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._cache = FileCache()
-        #: the root with its links resolved, once (a realpath walk is a system call per component)
-        self._root_resolved: Path | None = None
+        self._folders = KeyFolders(self.root, "person", "people folder")
 
     def folder(self, person: str) -> Path:
         """The person's folder; ``ValueError`` if the key would name anything outside the root."""
-        name = session_dir_name(person)
-        if name in ("", ".", ".."):
-            raise ValueError(f"person {person!r} cannot name a folder")
-        path = self.root / name
-        if self._root_resolved is None:
-            self._root_resolved = self.root.resolve()
-        if path.resolve().parent != self._root_resolved:
-            raise ValueError(f"person {person!r} escapes the people folder")
-        return path
+        return self._folders(person)
 
     def path(self, person: str) -> Path:
         """The person's PERSON.md."""
