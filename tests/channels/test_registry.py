@@ -12,7 +12,7 @@ from channels import registry
 from channels.registry import BUILTIN_CHANNELS, check_channel_names, create_channel, known_channels
 from config.settings import Config, validate_data
 from core.errors import ConfigError
-from tests.fakes.distribution import readme_example, write_distribution
+from tests.fakes.distribution import doc_example, write_distribution
 from tests.plugins.harness import PluginBot
 
 IRC_MODULE = '''
@@ -107,8 +107,8 @@ def test_register_checks_names():
         registry.register("My Channel", object)
 
 
-async def test_the_readme_channel_example_runs_as_an_installed_channel(tmp_path, monkeypatch):
-    module, source, eps = readme_example("Writing a channel")
+async def test_the_docs_channel_example_runs_as_an_installed_channel(tmp_path, monkeypatch):
+    module, source, eps = doc_example("extending.md", "Writing a channel")
     write_distribution(tmp_path / "site", "longchat-memo", files={f"{module}.py": source}, entry_points=eps)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     try:
@@ -121,7 +121,7 @@ async def test_the_readme_channel_example_runs_as_an_installed_channel(tmp_path,
             try:
                 await memo.inbox.put(("7", "hello"))
                 async with asyncio.timeout(5):
-                    while not memo.replies:  # noqa: ASYNC110 - the README example keeps a plain list
+                    while not memo.replies:  # noqa: ASYNC110 - the docs example keeps a plain list
                         await asyncio.sleep(0.01)
                 await bot.dispatcher.wait_idle()
             finally:

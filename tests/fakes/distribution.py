@@ -33,23 +33,23 @@ def write_distribution(root: Path, name: str, *, files: dict[str, str],
     return root
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def readme_example(section: str) -> tuple[str, str, dict[str, dict[str, str]]]:
-    """The worked example of a README section: ``(module name, module source, entry points)``.
+def doc_example(page: str, section: str) -> tuple[str, str, dict[str, dict[str, str]]]:
+    """The worked example of a section of ``docs/<page>``: ``(module name, module source, entry points)``.
 
     The section's ```python block starts with ``# <module>.py``; its ```toml block declares the entry points.
     """
     import re
     import tomllib
 
-    text = README.read_text(encoding="utf-8")
+    text = (DOCS / page).read_text(encoding="utf-8")
     start = text.index(f"\n## {section}\n")
     end = text.find("\n## ", start + 1)
     body = text[start:end if end != -1 else len(text)]
     code = re.search(r"```python\n# (\w+)\.py\n(.*?)```", body, re.S)
     toml = re.search(r"```toml\n(.*?)```", body, re.S)
-    assert code is not None and toml is not None, f"README section {section!r} lacks its example"
+    assert code is not None and toml is not None, f"docs/{page} section {section!r} lacks its example"
     entry_points = tomllib.loads(toml.group(1))["project"]["entry-points"]
     return code.group(1), code.group(2), entry_points

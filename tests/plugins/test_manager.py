@@ -12,7 +12,7 @@ from agent.tools.base import ToolContext
 from dispatcher.replies import UNKNOWN_COMMAND_REPLY
 from plugins.hookspecs import SKIP, hookimpl
 from plugins.manager import COMMAND_FAILED_REPLY
-from tests.fakes.distribution import readme_example, write_distribution
+from tests.fakes.distribution import doc_example, write_distribution
 from tests.plugins.harness import PluginBot
 
 
@@ -247,8 +247,8 @@ async def test_unknown_plugin_name_in_config_is_warned_about(tmp_path, caplog):
     assert "config.plugins names an unknown plugin 'comands'; did you mean commands?" in caplog.text
 
 
-async def test_the_readme_plugin_example_runs_as_an_installed_package(tmp_path, monkeypatch):
-    module, source, eps = readme_example("Writing a plugin")
+async def test_the_docs_plugin_example_runs_as_an_installed_package(tmp_path, monkeypatch):
+    module, source, eps = doc_example("extending.md", "Writing a plugin")
     write_distribution(tmp_path / "site", "longchat-wordcount", files={f"{module}.py": source}, entry_points=eps)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     try:
@@ -266,7 +266,7 @@ async def test_the_readme_plugin_example_runs_as_an_installed_package(tmp_path, 
 
 
 async def test_a_broken_installed_plugin_is_skipped_and_the_others_load(tmp_path, monkeypatch, caplog):
-    module, source, eps = readme_example("Writing a plugin")
+    module, source, eps = doc_example("extending.md", "Writing a plugin")
     files = {f"{module}.py": source, "longchat_broken.py": "raise ImportError('missing dependency')\n"}
     entries = {"longchat": {"aaa_broken": "longchat_broken", **eps["longchat"]}}
     write_distribution(tmp_path / "site", "longchat-two", files=files, entry_points=entries)
