@@ -1,1 +1,3 @@
-"""Messaging channels: terminal, Telegram, WeChat, and the dispatcher between them and the agent."""
+"""Platform adapters: the terminal, Telegram, WeChat (``weixin``, the official bot API; ``wechat``, the legacy web
+login), the ``BaseChannel`` they share and the registry that names them for ``channel_type``. The dispatcher,
+which turns their messages into replies, is ``dispatcher/``."""
