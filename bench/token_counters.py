@@ -64,8 +64,10 @@ EDGE = ("<|endoftext|>", "<|im_start|>user\nhi<|im_end|>", "\r\n\r\n", "\t\t  \n
 def corpus(seed: int = 11) -> list[str]:
     """The texts to count: varied on purpose, deterministic for a seed."""
     rng = random.Random(seed)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    texts = [p for p in readme.split("\n\n") if p.strip()]
+    # the README and the docs pages: the prose the README alone held before it was split (issue 41)
+    prose = "\n\n".join(path.read_text(encoding="utf-8")
+                         for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    texts = [p for p in prose.split("\n\n") if p.strip()]
     for path in sorted(ROOT.glob("*/*.py"))[:120]:
         code = path.read_text(encoding="utf-8")
         texts.extend(code[i:i + 3000] for i in range(0, len(code), 3000))
