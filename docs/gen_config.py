@@ -32,10 +32,12 @@ def _type(annotation: object) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type(a) for a in args)
     if origin is list:
-        return f"list of {_type(args[0])}s"
+        inner = _type(args[0])
+        return f"list of {inner}s" if inner in ("string", "integer", "number", "boolean") else f"list of {inner}"
     if origin is dict:
         return "object"
-    return {str: "string", int: "integer", bool: "boolean"}.get(annotation, getattr(annotation, "__name__", "?"))
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def _bounds(field) -> str:
@@ -52,7 +54,9 @@ def _bounds(field) -> str:
 
 
 def _default(field) -> str:
-    value = field.get_default(call_default_factory=True)
+    from pydantic_core import to_jsonable_python
+
+    value = to_jsonable_python(field.get_default(call_default_factory=True))
     text = json.dumps(value, ensure_ascii=False)
     return f"`{text}`" if len(text) <= LONGEST_DEFAULT else "(a long text: see `config/settings.py`)"
 
