@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memory.daily import session_dir_name
+from core.files import session_dir_name
 
 if TYPE_CHECKING:
     from store.conversations import ConversationStore
