@@ -1,1 +1,1 @@
-"""Persistence and memory: the conversation store, summaries, daily memory files and cleanup."""
+"""Long-term memory: the daily memory files and notes, person notes, the semantic index and search, and /forget."""

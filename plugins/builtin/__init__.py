@@ -1,1 +1,2 @@
-"""The built-in plugins (DESIGN §6): chat commands, admin commands and the agent's tools; and the config watcher."""
+"""The built-in plugins (DESIGN §6): chat commands, admin commands, memory commands and index, person notes,
+/export, /usage, reminders, and the registration of the agent's tools."""
