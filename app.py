@@ -26,6 +26,7 @@ from bootstrap.preflight import (
     setup_logging,
 )
 from bootstrap.runner import App
+from channels.registry import check_channel_type
 from channels.terminal import stdin_is_terminal
 from config.settings import load_config
 from core import heap
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     try:
         cfg = load_config(path, notes=notes)
+        check_channel_type(cfg)  # the registry knows the channels; the config model does not
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return SETUP_ERROR

@@ -17,28 +17,18 @@ from typing import Any
 from agent.provider_errors import classify
 from core.errors import ContextOverflowError, OtherLLMError, TransientLLMError
 from core.llm import LLMResponse, ToolCall, Usage
+from core.text import clean_text
+from core.turns import content_text
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 OPEN_TAG, CLOSE_TAG = "<think>", "</think>"
-
-
-#: Lone UTF-16 surrogates (a cut-off emoji) cannot be encoded: a request carrying one fails, and so would
-#: every later request of the session. NUL is refused by PostgreSQL text. Both are made valid.
-_INVALID = re.compile("[\x00\ud800-\udfff]")
-
-
-def valid_text(text: str) -> str:
-    """``text`` made valid: lone surrogates become U+FFFD, NUL characters are dropped."""
-    if not _INVALID.search(text):
-        return text
-    return _INVALID.sub(lambda m: "" if m.group() == "\x00" else "\ufffd", text)
 
 
 def valid_value(value: Any) -> Any:
     """A JSON-like value (a message, a list of them) with every string made valid; unchanged ones are returned
     as they are, so a clean history is not copied."""
     if isinstance(value, str):
-        return valid_text(value)
+        return clean_text(value)
     if isinstance(value, dict):
         cleaned = {k: valid_value(v) for k, v in value.items()}
         return value if all(cleaned[k] is value[k] for k in value) else cleaned
@@ -46,21 +36,6 @@ def valid_value(value: Any) -> Any:
         items = [valid_value(v) for v in value]
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value
-
-
-def content_text(content: Any) -> str | None:
-    """The text of a message content: a string, or the text parts of a list of parts joined."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "".join(parts)
-    return str(content)
 
 
 def split_think(text: str | None) -> tuple[str | None, str | None]:
@@ -106,11 +81,10 @@ def make_response(content: Any, reasoning: Any, calls: list[ToolCall], usage: An
     """Assemble an :class:`LLMResponse`: ``<think>`` taken out of the text and added to the reasoning."""
     if finish_reason == "model_context_window_exceeded":  # Zhipu says "too long" with a 200
         raise ContextOverflowError("the model's context window was exceeded", code=finish_reason)
-    text = content_text(content)
-    shown, thought = split_think(valid_text(text) if text is not None else None)
-    reasoning_text = content_text(reasoning) or None
+    shown, thought = split_think(clean_text(content_text(content, sep="")) if content is not None else None)
+    reasoning_text = content_text(reasoning, sep="") or None
     if reasoning_text:
-        reasoning_text = valid_text(reasoning_text)
+        reasoning_text = clean_text(reasoning_text)
     if thought:
         reasoning_text = f"{reasoning_text}\n\n{thought}" if reasoning_text else thought
     return LLMResponse(content=shown, tool_calls=tuple(calls), usage=_usage(usage), finish_reason=finish_reason,
@@ -238,7 +212,7 @@ class StreamAssembler:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str):
                 self.reasoning.append(reasoning)
-            piece = valid_text(content_text(delta.get("content")) or "")
+            piece = clean_text(content_text(delta.get("content"), sep=""))
             if piece:
                 self.text.append(piece)
                 shown += self.think.feed(piece)
@@ -285,5 +259,5 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
     return value
 
 
-__all__ = ["StreamAssembler", "ThinkFilter", "content_text", "make_response", "parse_arguments",
+__all__ = ["StreamAssembler", "ThinkFilter", "make_response", "parse_arguments",
            "parse_completion", "split_think", "tool_call"]

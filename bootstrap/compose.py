@@ -17,12 +17,12 @@ from agent.session import LiveSessions, SessionManager
 from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
 from agent.window import ModelWindows
-from bootstrap.services import Services
 from channels.base import BaseChannel
+from channels.registry import check_channel_type
 from config.settings import Config, ConfigHolder
 from config.watch import ConfigWatcher
 from dispatcher.admins import Admins
-from dispatcher.commands import CommandRegistry
+from dispatcher.commands import CommandRegistry, Services, keeps_no_secret
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.leader import Leadership
 from memory.daily import DailyMemory, MemoryWritten
@@ -78,10 +78,15 @@ def build_channels(cfg: Config, services: Services | None = None,
     that cannot be built is logged and left out, with the reason put there; without, the error is raised."""
     from channels.registry import create_channel
 
+    # what a channel may name in its factory: the whole services, or only the parts the built-in ones use
+    available = dict(config=cfg, services=services, keep_line=keeps_no_secret)
+    if services is not None:
+        windows = services.agent.windows
+        available.update(commands=services.commands, window=lambda model: windows.get(model).describe())
     channels = []
     for name in cfg.channels:
         try:
-            channels.append(create_channel(name, config=cfg, services=services))
+            channels.append(create_channel(name, **available))
         except Exception as exc:
             if failures is None:
                 raise
@@ -127,7 +132,7 @@ async def compose(cfg: Config, config_path: Path, failures: dict[str, str]) -> C
     dispatcher = Dispatcher(config=holder, store=store, agent=agent, sessions=sessions, commands=services.commands,
                             services=services, locks=locks, admins=admins, hooks=plugins, caps=services.caps)
     leadership = Leadership(locks)
-    config_watcher = ConfigWatcher(holder, config_path)
+    config_watcher = ConfigWatcher(holder, config_path, check=check_channel_type)
     channels = build_channels(cfg, services, failures)
     for channel in channels:
         dispatcher.add_channel(channel)

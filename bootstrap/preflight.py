@@ -18,9 +18,9 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from config.redact import Redactor, database_label
 from config.settings import (
     DEFAULT_API_BASE,
-    SECRET_KEYS,
     Config,
     endpoint_refused_hint,
     endpoint_unresolved_hint,
@@ -34,36 +34,6 @@ LOG_BACKUPS = 3
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Exit status of a configuration or setup mistake (one line on stderr says what to fix).
 SETUP_ERROR = 2
-
-
-class Redactor:
-    """Replaces the secrets in force with ``[secret]`` in every log line (tracebacks included)."""
-
-    def __init__(self) -> None:
-        self.secrets: list[str] = []
-
-    def update(self, cfg: Config) -> None:
-        """Take the secrets of ``cfg`` (called again after every config change)."""
-        values = {getattr(cfg, key) for key in SECRET_KEYS} | {_db_password(cfg.db_url)}
-        # longest first, so a secret containing another is masked whole
-        self.secrets = sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, "[secret]")
-        return text
-
-
-def _db_password(url: str) -> str:
-    if "://" not in url or "@" not in url:
-        return ""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).password or ""
-    except Exception:  # noqa: BLE001 - a malformed URL fails later, with its own message
-        return ""
 
 
 class LogFormatter(logging.Formatter):
@@ -217,7 +187,11 @@ def channel_problems(cfg: Config) -> dict[str, str]:
 
 
 def check_channels(cfg: Config) -> None:
-    """Raise :class:`SetupError` when no configured channel can run."""
+    """Raise :class:`ConfigError` when ``channel_type`` names an unknown channel, and :class:`SetupError` when no
+    configured channel can run."""
+    from channels.registry import check_channel_type
+
+    check_channel_type(cfg)
     problems = channel_problems(cfg)
     if problems and len(problems) == len(cfg.channels):
         raise SetupError("no channel can run: " + "; ".join(f"{name}: {why}" for name, why in problems.items()))
@@ -227,17 +201,6 @@ def start_line(cfg: Config) -> str:
     """The log's first line: model, endpoint, channels, database (password hidden) and data folder."""
     return (f"starting: model {cfg.model} at {cfg.open_ai_api_base}; channels {', '.join(cfg.channels)}; "
             f"database {database_label(cfg)}; data folder {cfg.data_path()}")
-
-
-def database_label(cfg: Config) -> str:
-    """The database URL with any password hidden."""
-    url = cfg.database_url()
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - shown as configured when SQLAlchemy cannot parse it
-        return url if "@" not in url else "(unparsable URL)"
 
 
 async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:

@@ -21,11 +21,11 @@ from agent.llm import NO_MODEL_HINT
 from bootstrap.compose import compose, discover_window
 from bootstrap.lifecycle import Lifecycle
 from bootstrap.preflight import SETUP_ERROR, Redactor, probe_model_endpoint, start_line
-from bootstrap.services import Services
 from channels.base import BaseChannel
 from config.settings import Config
 from config.watch import ConfigWatcher
 from core import heap
+from dispatcher.commands import Services
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.leader import Leadership
 from summaries.summarizer import Summarizer
@@ -215,7 +215,7 @@ class App:
             await self.background.start("summary orphans", None, adopt.cancel)
         probe = asyncio.create_task(self._check_model_endpoint(services.config.current), name="model endpoint probe")
         await self.background.start("model endpoint probe", None, probe.cancel)
-        from console.server import start_console  # aiohttp and Jinja2: imported after "ready"
+        from console.site import start_console  # aiohttp and Jinja2: imported after "ready"
 
         # started last, so stopped first: no operator action starts while the rest stops
         console = await start_console(services, self.channel_failures, channels=self.channels,

@@ -1,3 +1,2 @@
-"""Platform adapters: the terminal, Telegram, WeChat (``weixin``, the official bot API; ``wechat``, the legacy web
-login), the ``BaseChannel`` they share and the registry that names them for ``channel_type``. The dispatcher,
-which turns their messages into replies, is ``dispatcher/``."""
+"""Messaging channels (platform adapters): terminal, Telegram, WeChat (weixin and the legacy web login), the
+channel base class and the registry. A channel imports only ``core`` and ``config``; the dispatcher drives it."""

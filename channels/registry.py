@@ -2,8 +2,11 @@
 
 A channel module registers its class (or any factory) with :func:`register_channel`, in the manner of
 AstrBot's ``register_platform_adapter``. A factory is called with the keyword arguments it names, out of
-``config`` (the :class:`config.Config` in force at start) and ``services`` (the application's parts,
-``app.Services``), so a channel takes only what it needs.
+``config`` (the :class:`config.Config` in force at start), ``settings`` (its own, below), ``services`` (the
+application's parts, :class:`dispatcher.commands.Services`) and the few parts the built-in channels take
+instead of all of them: ``commands`` (the command registry, for a command menu), ``window`` (``window(model)``
+describes the model's context window) and ``keep_line`` (``keep_line(text)`` is False for a typed line that
+holds a secret). So a channel takes only what it needs, and channels stay below the dispatcher.
 
 Where a channel lives is known before it is imported, so that naming one channel never imports the
 others' platform libraries, and ``channel_type`` can be checked without importing any:
@@ -16,7 +19,6 @@ others' platform libraries, and ``channel_type`` can be checked without importin
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import logging
@@ -25,6 +27,9 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 from channels.base import BaseChannel
+from config.plugin_settings import validate_plugin_settings
+from core.errors import ConfigError
+from core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -83,9 +88,19 @@ def check_channel_names(names: list[str]) -> None:
     known = known_channels()
     for name in names:
         if name not in known:
-            hint = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            tail = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise ValueError(f"unknown channel {name!r}: the known channels are {', '.join(known)}{tail}")
+            raise ValueError(f"unknown channel {name!r}: the known channels are {', '.join(known)}"
+                             f"{did_you_mean(name, known, repr)}")
+
+
+def check_channel_type(cfg: Config) -> None:
+    """Raise :class:`ConfigError` when ``channel_type`` names a channel nobody registered, in one line naming it,
+    the known channels and the nearest one. Checked at start (``bootstrap/preflight.py``), by ``/config`` and
+    the console before they write, and by the config watcher, rather than by the config model: the registry
+    knows the channels, and the config sits below it."""
+    try:
+        check_channel_names(cfg.channels)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for 'channel_type': {exc}") from None
 
 
 def channel_factory(name: str) -> ChannelFactory:
@@ -134,8 +149,6 @@ def channel_settings(name: str, cfg: Config) -> Any:
     cls = _channel_class(channel_factory(name))
     if cls is None or cls.Settings is None:
         return None
-    from plugins.manager import validate_plugin_settings  # pydantic wording shared with plugin settings
-
     settings, error = validate_plugin_settings(name, cls, cfg.plugins.get(name, {}))
     if error:
         raise ValueError(error)
@@ -143,7 +156,7 @@ def channel_settings(name: str, cfg: Config) -> Any:
 
 
 def create_channel(name: str, **available: Any) -> Any:
-    """Build channel ``name``, passing the factory those of ``available`` (config, services, settings) it names;
+    """Build channel ``name``, passing the factory those of ``available`` (see the module docstring) it names;
     ``settings`` is the channel's own (:func:`channel_settings`)."""
     factory = channel_factory(name)
     cls = _channel_class(factory)

@@ -31,12 +31,10 @@ from typing import TYPE_CHECKING, Any
 from channels.base import BaseChannel
 from channels.registry import register_channel
 from core.messages import IncomingMessage, ReplyStream
-from dispatcher.commands import keeps_no_secret
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
 
-    from bootstrap.services import Services
     from config.settings import Config
 
 logger = logging.getLogger(__name__)
@@ -75,6 +73,11 @@ def stdin_is_terminal() -> bool:
         return False
 
 
+def _no_command(line: str) -> bool:
+    """Keep a line unless it is a command (which might carry a secret), when the commands' rule is not known."""
+    return not line.lstrip().startswith("/")
+
+
 @register_channel("terminal")
 class TerminalChannel(BaseChannel):
     """Reads the local user's lines and writes replies: a chat window on a terminal, plain lines when piped."""
@@ -83,20 +86,22 @@ class TerminalChannel(BaseChannel):
     operator_only = True
 
     def __init__(self, stdin=None, stdout=None, interactive: bool | None = None,
-                 config: Config | None = None, services: Services | None = None) -> None:
+                 config: Config | None = None, window: Callable[[str], str] | None = None,
+                 keep_line: Callable[[str], bool] | None = None) -> None:
         super().__init__()
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._interactive = stdin_is_terminal() if interactive is None else interactive
         self.config = config
-        #: the app's parts: the model's window for the banner
-        self.services = services
+        #: ``window(model)``: the model's context window described, for the banner
+        self.window = window
         #: shown on a terminal, never when piped; made at start, when the model's window is known
         self.banner = ""
         #: where line history is kept between runs (None: for this run only)
         self.history_path: Path | None = config.data_path() / HISTORY_FILE if config is not None else None
-        #: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6
-        self.keep_in_history: Callable[[str], bool] = keeps_no_secret
+        #: False for a line that must not be kept (a secret the bot refuses), DESIGN §1.6: the commands' rule
+        #: (``dispatcher.commands.keeps_no_secret``), handed over at construction; without it no command is kept
+        self.keep_in_history: Callable[[str], bool] = keep_line or _no_command
         self._kept: Any = None
         self._task: asyncio.Task | None = None
         self._eof = asyncio.Event()
@@ -113,7 +118,7 @@ class TerminalChannel(BaseChannel):
     async def start(self, intake: bool = True) -> None:
         """Start reading lines in the background."""
         if self.config is not None and not self.banner:
-            window = self.services.agent.windows.get(self.config.model).describe() if self.services else ""
+            window = self.window(self.config.model) if self.window is not None else ""
             self.banner = start_banner(self.config, window=window)
         loop = self._interactive_loop() if self._interactive else self._piped_loop()
         self._task = asyncio.create_task(loop, name="terminal-reader")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 
+from core.files import replacing
+
 logger = logging.getLogger(__name__)
 
 
@@ -72,11 +74,9 @@ def scrub(path: Path, keep: Callable[[str], bool]) -> int:
     kept = [line for line in lines if keep(line)]
     if len(kept) == len(lines):
         return 0
-    tmp = path.with_name(f".{path.name}.tmp")
-    os.close(os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600))
-    fresh = FileHistory(str(tmp))
-    for line in kept:
-        fresh.store_string(line)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:  # owner-only, renamed over the file once every kept line is in
+        fresh = FileHistory(str(tmp))
+        for line in kept:
+            fresh.store_string(line)
     logger.info("terminal history: %d line(s) holding a secret removed", len(lines) - len(kept))
     return len(lines) - len(kept)

@@ -19,11 +19,11 @@ from config.settings import (
     read_file_data,
     resolve_paths,
     secret_refusal,
-    suggest_key,
     translate_cowagent,
     validate_data,
 )
 from core.errors import ConfigError
+from core.suggest import did_you_mean
 
 
 def parse_value(raw: str, expects_text: bool = False) -> Any:
@@ -49,8 +49,7 @@ def setting_path(key: str) -> list[str]:
     if foreign:
         raise ConfigError(foreign)
     if parts[0] not in KNOWN_KEYS:
-        hint = suggest_key(parts[0])
-        raise ConfigError(f"unknown config key {parts[0]!r}" + (f"; did you mean {hint}?" if hint else ""))
+        raise ConfigError(f"unknown config key {parts[0]!r}{did_you_mean(parts[0], KNOWN_KEYS)}")
     if len(parts) > 1 and (parts[0] != "plugins" or len(parts) > 3 or not all(parts)):
         raise ConfigError(f"unknown config key {key!r}; only plugin settings have dotted names, "
                           "as in plugins.<name>.<key>")

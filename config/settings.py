@@ -7,11 +7,9 @@ Relative paths resolve against the config file's folder.
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -20,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import config.cowagent
 from core.errors import ConfigError
+from core.files import atomic_write
+from core.suggest import did_you_mean, nearest
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +151,6 @@ class Config(BaseModel):
     usage_cap_daily_tokens: int = Field(0, ge=0)
     usage_fallback_model: str = ""
 
-    @field_validator("channel_type")
-    @classmethod
-    def _known_channels(cls, value: str | list[str]) -> str | list[str]:
-        from channels.registry import check_channel_names
-
-        check_channel_names([value] if isinstance(value, str) else value)
-        return value
-
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
@@ -235,8 +227,7 @@ KNOWN_KEYS: tuple[str, ...] = tuple(Config.model_fields)
 
 def suggest_key(key: str) -> str | None:
     """The nearest known key to a misspelt one, if any is close."""
-    matches = difflib.get_close_matches(key, KNOWN_KEYS, n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    return nearest(key, KNOWN_KEYS)
 
 
 def describe_error(exc: ValidationError) -> str:
@@ -245,9 +236,7 @@ def describe_error(exc: ValidationError) -> str:
     loc = [str(p) for p in err.get("loc", ())]
     key = loc[0] if loc else "?"
     if err.get("type") == "extra_forbidden":
-        hint = suggest_key(key)
-        tail = f"; did you mean {hint}?" if hint else ""
-        return f"unknown config key {key!r}{tail}"
+        return f"unknown config key {key!r}{did_you_mean(key, KNOWN_KEYS)}"
     where = key if key != "plugins" else ".".join(loc[:2])
     expected = _expected_type(key)
     msg = err.get("msg", "invalid value")
@@ -286,8 +275,7 @@ def validate_data(data: dict[str, Any]) -> Config:
         raise ConfigError("config must be a JSON object of settings")
     unknown = [key for key in data if key not in KNOWN_KEYS]
     if len(unknown) == 1:
-        hint = suggest_key(unknown[0])
-        raise ConfigError(f"unknown config key {unknown[0]!r}" + (f"; did you mean {hint}?" if hint else ""))
+        raise ConfigError(f"unknown config key {unknown[0]!r}{did_you_mean(unknown[0], KNOWN_KEYS)}")
     if unknown:
         named = []
         for key in unknown:
@@ -369,19 +357,8 @@ def load_config(path: str | Path = "config.json", environ: dict[str, str] | None
 
 
 def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to ``path`` atomically: a temporary file in the same folder, fsync, then ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False, indent=2)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON to ``path`` atomically (:func:`core.files.atomic_write`: owner-only, synced, then renamed)."""
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 #: Secrets shown only as set or not set, never in part (a short password would show most of itself).

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import watchfiles
 
-from config.settings import ConfigHolder, live_config, load_config
+from config.settings import Config, ConfigHolder, live_config, load_config
 from core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ class ConfigWatcher:
     """Applies edits of config.json to a :class:`ConfigHolder` while the bot runs."""
 
     def __init__(self, holder: ConfigHolder, path: str | Path | None = None, *, debounce_ms: int = 150,
-                 tick_ms: int = 1000, environ: dict[str, str] | None = None) -> None:
+                 tick_ms: int = 1000, environ: dict[str, str] | None = None,
+                 check: Callable[[Config], None] | None = None) -> None:
         target = path if path is not None else holder.path
         if target is None:
             raise ValueError("ConfigWatcher needs the config file's path")
@@ -38,6 +40,8 @@ class ConfigWatcher:
         self.debounce_ms = debounce_ms
         self.tick_ms = tick_ms
         self.environ = environ
+        #: what a loaded file must also pass (``channel_type`` against the channel registry); raises ConfigError
+        self.extra_check = check
         self._digest = self._read_digest()
         self._file_config = holder.current  # the last valid settings read from the file
         self._rejected = False  # the file's last version was invalid
@@ -104,6 +108,8 @@ class ConfigWatcher:
         self.checked += 1
         try:
             cfg = load_config(self.path, self.environ)
+            if self.extra_check is not None:
+                self.extra_check(cfg)
         except ConfigError as exc:
             self._rejected = True
             logger.error("config.json change rejected: %s; the previous settings stay in force", exc)

@@ -13,12 +13,14 @@ import hashlib
 import json
 import logging
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from yarl import URL
 
+from channels.registry import check_channel_type
 from config.edit import parse_value, with_setting
 from config.settings import (
     ENV_OVERRIDES,
@@ -38,8 +40,8 @@ from console.server import console_of
 from core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from config.settings import Config
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +195,7 @@ async def save_config(request: web.Request) -> web.StreamResponse:
         changes = changed_settings(form, file_settings(path))
         if not changes:
             raise web.HTTPSeeOther(str(URL("/config").with_query(notice="Nothing changed.")))
-        cfg = save_settings(path, changes, _plugin_check(services, changes))
+        cfg = save_settings(path, changes, _check(services, changes))
     except ConfigError as exc:
         return again(f"Nothing saved: {str(exc).rstrip('.')}.")
     except OSError as exc:
@@ -209,13 +211,15 @@ async def save_config(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther(str(URL("/config").with_query(notice=notice)))
 
 
-def _plugin_check(services: Services, changes: dict[str, Any]) -> Any:
-    """Plugin settings are validated with each plugin's own model before anything is written."""
-    manager = services.plugins
-    if "plugins" not in changes or manager is None:
-        return None
+def _check(services: Services, changes: dict[str, Any]) -> Callable[[Config], None]:
+    """What the config model cannot check, before anything is written: ``channel_type`` against the channel
+    registry, and plugin settings with each plugin's own model."""
+    manager = services.plugins if "plugins" in changes else None
 
     def check(cfg: Config) -> None:
+        check_channel_type(cfg)
+        if manager is None:
+            return
         error = manager.check_settings(cfg.plugins)
         if error:
             raise ConfigError(error)

@@ -20,7 +20,7 @@ from memory.daily import LONG_TERM_FILE, session_dir_name
 from memory.forget import forget_session
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 

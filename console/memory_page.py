@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from console.server import console_of
+from core.files import atomic_write
 from memory.daily import FILE_LOCKS, LONG_TERM_FILE, session_dir_name
-from memory.notes import NOTES_MAX_CHARS, read_note_file, write_atomic
+from memory.notes import NOTES_MAX_CHARS, read_note_file
 from memory.person import PEOPLE_DIR, PERSON_FILE, PERSON_MAX_CHARS
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ async def save(request: web.Request) -> web.StreamResponse:
                          "note). Copy your text, reload the page, and apply your change again.", status=409)
         if text.strip() and not text.endswith("\n"):
             text += "\n"
-        await asyncio.to_thread(write_atomic, path, text)
+        await asyncio.to_thread(atomic_write, path, text, parents=True)
     logger.info("web console: %s saved (%d characters)", path.relative_to(_root(services)), len(text))
     if sid and services.memory_search is not None:
         _reindex(services, sid)

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bootstrap.preflight import database_label
+from config.redact import database_label
 from console.logs import recent_problems
 from console.server import SESSION, console_of
 

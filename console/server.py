@@ -11,6 +11,7 @@ import asyncio
 import errno
 import logging
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -21,8 +22,8 @@ from aiohttp import web
 from console.auth import COOKIE, Access, ConsoleSession, SessionStore, csrf_ok, is_loopback
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from channels.base import BaseChannel
+    from dispatcher.commands import Services
     from dispatcher.leader import Leadership
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,11 @@ class WebConsole:
     """The web console of one bot process."""
 
     def __init__(self, services: Services, channel_failures: dict[str, str] | None = None, *,
-                 channels: list[BaseChannel] | None = None, leadership: Leadership | None = None) -> None:
+                 channels: list[BaseChannel] | None = None, leadership: Leadership | None = None,
+                 pages: Sequence[Callable[[web.UrlDispatcher], None]] = ()) -> None:
         self.services = services
+        #: each page module's ``add_routes`` (``console/site.py`` lists them; the pages import this module)
+        self.pages = tuple(pages)
         self.channel_failures = channel_failures if channel_failures is not None else {}
         #: the running chat channels (their state on the status page; the WeChat login QR)
         self.channels: list[BaseChannel] = channels if channels is not None else []
@@ -138,13 +142,11 @@ class WebConsole:
     # --- the aiohttp application -------------------------------------------------------------
     def make_app(self) -> web.Application:
         """The aiohttp application with every page."""
-        from console import config_page, conversations, logs, memory_page, pages, usage_page
-
         app = web.Application(middlewares=[self._gate], client_max_size=1024 * 1024)
         app[CONSOLE] = self
         app.router.add_static("/static/", HERE / "static", name="static", append_version=True)
-        for module in (pages, conversations, memory_page, config_page, logs, usage_page):
-            module.add_routes(app.router)
+        for add_routes in self.pages:
+            add_routes(app.router)
         return app
 
     @web.middleware
@@ -219,7 +221,7 @@ class WebConsole:
 
     def redactor(self) -> Any:
         """Masks the secrets in force now, and the start token, as the log file masks secrets."""
-        from bootstrap.preflight import Redactor
+        from config.redact import Redactor
 
         redact = Redactor()
         redact.update(self.services.config())
@@ -272,16 +274,3 @@ def set_cookie(request: web.Request, response: web.StreamResponse, session: Cons
 def console_of(request: web.Request) -> WebConsole:
     """The console serving ``request``."""
     return request.app[CONSOLE]
-
-
-async def start_console(services: Services, channel_failures: dict[str, str] | None = None, *,
-                        channels: list[BaseChannel] | None = None,
-                        leadership: Leadership | None = None) -> WebConsole | None:
-    """Start the console of ``services``' settings; None when it is off or could not start."""
-    console = WebConsole(services, channel_failures, channels=channels, leadership=leadership)
-    try:
-        started = await console.start()
-    except Exception:  # noqa: BLE001 - the console must never stop the chat channels
-        logger.exception("web console: failed to start")
-        return None
-    return console if started else None

@@ -19,6 +19,11 @@ class SessionInfo:
     title: str = ""
 
 
+def is_shared_group(info: SessionInfo) -> bool:
+    """True for a group session shared by all its members."""
+    return info.is_group and info.session_id == f"{info.channel}:group:{info.chat_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
     """A session's persisted state."""

@@ -68,12 +68,14 @@ class Turn:
         return None
 
 
-def content_text(content: Any) -> str:
-    """The text of a message content: the string itself, or the joined text parts of a list."""
+def content_text(content: Any, sep: str = "\n") -> str:
+    """The text of a message content: the string itself, or the text parts of a list joined with ``sep`` (a
+    stored message's parts are lines; a model's answer in parts, ``agent/completion.py``, is joined with "");
+    "" for anything else."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return sep.join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
 
 

@@ -21,6 +21,11 @@ from core.llm import Usage
 PURPOSES = ("reply", "summary", "flush", "transcribe", "describe", "other")
 
 
+def speaker_of(channel: str, user_id: str) -> str:
+    """The speaker's key in ``usage`` and the person cap: ``<channel>:<user id>``."""
+    return f"{channel}:{user_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class UsageScope:
     """The session and speaker (``<channel>:<user id>``, "" for none) a call is for, and why it is made."""

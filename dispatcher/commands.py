@@ -1,4 +1,5 @@
-"""Chat commands: parsing ``/cmd@botname args``, what a handler receives, and the registry the dispatcher consults."""
+"""Chat commands: parsing ``/cmd@botname args``, what a handler receives (with the application's parts,
+:class:`Services`), and the registry the dispatcher consults."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from config.settings import SECRET_KEYS
 from core.messages import IncomingMessage
@@ -19,8 +20,23 @@ SECRET_COMMANDS = frozenset({"auth"})
 _COMMAND = re.compile(r"^/(?P<command>[A-Za-z0-9_]+)(?:@(?P<mention>[A-Za-z0-9_]+))?(?:\s+(?P<args>.*))?$", re.S)
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
+    from agent.loop import Agent
+    from agent.session import SessionManager
+    from agent.tools.base import ToolRegistry
     from channels.base import BaseChannel
+    from config.settings import ConfigHolder
+    from core.llm import BaseLLM
+    from dispatcher.admins import Admins
+    from memory.daily import DailyMemory
+    from memory.history_index import HistoryIndex
+    from memory.person import PersonNotes
+    from memory.search import MemorySearch
+    from store.conversations import ConversationStore
+    from store.locks import Locks
+    from store.usage import UsageStore
+    from summaries.summarizer import Summarizer
+    from usage.caps import UsageCaps
+    from usage.recorder import UsageRecorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +142,58 @@ class CommandRegistry:
     def all(self) -> list[Command]:
         """Every command, in registration order."""
         return list(self._commands.values())
+
+
+class Plugins(Protocol):
+    """What commands and the console ask of the plugin manager (``plugins/manager.py`` ``PluginManager``)."""
+
+    def check_settings(self, plugins: dict[str, Any]) -> str | None:
+        """The first problem with a ``plugins`` setting, or None."""
+        ...
+
+    async def stopping(self) -> None:
+        """Tell the plugins the bot stops."""
+        ...
+
+
+@dataclass(eq=False)
+class Services:
+    """The parts built at start that commands, tools and plugins may use, each with its type.
+
+    Built at start by bootstrap/compose.py in dependency order and handed to the dispatcher (which hands it on in
+    every :class:`CommandRequest`), the plugin manager and the console at construction. It lives here, beside the
+    request that carries it, so that everything above the dispatcher may name it; the layers below see only what
+    they use (a tool's ``agent.tools.base.ToolServices``, a channel's ``commands``, ``window`` and ``keep_line``).
+    The dispatcher itself is not among them: commands act on sessions, the store and the admins, not on the
+    message path. Two parts are optional: the plugin manager (set by ``plugins.manager.install``, which needs the
+    services to load the plugins) and the memory search (made by the ``memory_index`` plugin, which may be
+    disabled).
+    """
+
+    config: ConfigHolder
+    store: ConversationStore
+    llm: BaseLLM
+    tools: ToolRegistry
+    sessions: SessionManager
+    agent: Agent
+    commands: CommandRegistry
+    admins: Admins
+    locks: Locks
+    #: the daily memory files and notes
+    memory: DailyMemory
+    #: the person notes (PERSON.md), which the system prompt reads too
+    people: PersonNotes
+    #: the summariser; None in tests that run without one
+    summarizer: Summarizer | None = None
+    #: the plugin manager, once ``plugins.manager.install`` has loaded the plugins
+    plugins: Plugins | None = None
+    #: the semantic memory index, made by the ``memory_index`` plugin (None while it is off)
+    memory_search: MemorySearch | None = None
+    #: the ``usage`` table (DESIGN §12); None in tests that run without it
+    usage: UsageStore | None = None
+    #: records model calls made outside the chat-completions client (transcriptions, image descriptions)
+    usage_recorder: UsageRecorder | None = None
+    #: the daily caps
+    caps: UsageCaps | None = None
+    #: the vectors of every stored turn for ``history_search``, made by the ``memory_index`` plugin (None while off)
+    history_index: HistoryIndex | None = None

@@ -30,6 +30,7 @@ from agent.loop import Agent
 from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
+from core.usage import speaker_of
 from dispatcher.admins import Admins
 from dispatcher.background import GroupBackground
 from dispatcher.claims import SessionClaims, session_lock
@@ -38,7 +39,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journall
 from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import MEDIA_KINDS, RecentIds, Stage, WorkItem, evaluate, report_ignored
+from dispatcher.intake import MEDIA_KINDS, RecentIds, Stage, WorkItem, evaluate, model_text, report_ignored
 from dispatcher.journal import JournalWriter
 from dispatcher.outbox import Outbox
 from dispatcher.queue import Poke, SessionQueue
@@ -58,11 +59,11 @@ from reminders.firing import REMINDER, note_in_history
 from store.conversations import ConversationStore, PendingIncoming
 from store.locks import LocalLocks, Locks
 from store.reminders import Reminders
-from usage.caps import ALLOWED, Turn, UsageCaps, speaker_of
+from usage.caps import ALLOWED, Turn, UsageCaps
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from config.settings import Config
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 
@@ -443,7 +444,8 @@ class Dispatcher:
         prepared = await self.media.prepare(item.message, item.text, item.info.session_id, channel)
         if prepared.reply is not None:
             return prepared.reply
-        item.text, item.media, item.media_before = prepared.text, prepared.keys, prepared.before
+        text = model_text(item.message, prepared.text) if prepared.spoken else prepared.text
+        item.text, item.media, item.media_before = text, prepared.keys, prepared.before
         return None
 
     @contextlib.asynccontextmanager

@@ -15,17 +15,17 @@ from agent.loop import Agent, AnswerSink, FinalAnswer
 from agent.session import SessionManager
 from agent.tools.base import TURN_MESSAGE
 from channels.base import BaseChannel
-from core.usage import usage_scope
+from core.usage import speaker_of, usage_scope
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
 from store.conversations import ConversationStore
-from usage.caps import ALLOWED, Turn, speaker_of
+from usage.caps import ALLOWED, Turn
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 

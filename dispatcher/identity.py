@@ -32,8 +32,3 @@ def session_for(msg: IncomingMessage, cfg: Config) -> SessionInfo:
         session_id, user_id = f"{msg.channel}:group:{msg.chat_id}:{msg.user_id}", msg.user_id
     return SessionInfo(session_id=session_id, channel=msg.channel, chat_id=msg.chat_id, user_id=user_id,
                        is_group=msg.is_group, title=msg.group_name or msg.user_name)
-
-
-def is_shared_group(info: SessionInfo) -> bool:
-    """True for a group session shared by all its members."""
-    return info.is_group and info.session_id == f"{info.channel}:group:{info.chat_id}"

@@ -133,19 +133,18 @@ def evaluate(msg: IncomingMessage, cfg: Config, bot_username: str, *, accepted: 
         return Trigger(act=True, text=triggered, command=command)
     if not triggered and not accepted:
         return _ignored("nothing follows the trigger")
-    text = with_reply(msg, triggered)
-    return Trigger(act=True, text=speaker_text(msg, text) if msg.is_group else text)
+    return Trigger(act=True, text=model_text(msg, triggered))
 
 
 def _media_trigger(msg: IncomingMessage, cfg: Config, bot_username: str) -> Trigger:
     """A photo or voice note (DESIGN §5.1): acted on in a private chat; in a group when its caption triggers
     the bot or it replies to the bot. The text is its caption, as a text message's would be."""
     if not msg.is_group:
-        return Trigger(act=True, text=with_reply(msg, msg.text.strip()))
+        return Trigger(act=True, text=model_text(msg, msg.text.strip()))
     triggered = triggered_text(msg, cfg, bot_username)
     if triggered is None:
         return _ignored(f"a group {msg.content_type} that does not trigger the bot (by its caption, or a reply)")
-    return Trigger(act=True, text=speaker_text(msg, with_reply(msg, triggered)))
+    return Trigger(act=True, text=model_text(msg, triggered))
 
 
 def _untriggered(msg: IncomingMessage, cfg: Config) -> str:
@@ -169,6 +168,14 @@ def report_ignored(msg: IncomingMessage, trigger: Trigger, channel: Any) -> None
     logger.debug("%s message %s in %s ignored: %s", msg.channel, msg.message_id, msg.chat_id, trigger.reason)
     if channel is not None and not msg.is_group:
         channel.ignored(msg, trigger.reason)
+
+
+def model_text(msg: IncomingMessage, words: str) -> str:
+    """What the user said as the model sees it: after the message it replies to (:func:`with_reply`), and in a
+    group after the speaker's name (:func:`speaker_text`). For a typed message, a caption, or a voice note's
+    transcript alike."""
+    text = with_reply(msg, words)
+    return speaker_text(msg, text) if msg.is_group else text
 
 
 def speaker_text(msg: IncomingMessage, text: str) -> str:

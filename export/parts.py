@@ -33,7 +33,7 @@ from store.exports import PAGE, message_page, session_row
 from store.reminders import session_reminders
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 

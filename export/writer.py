@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from core.files import replacing
 from export.parts import ExportPart, ExportRequest, Section, dumps, file_stem
 
 logger = logging.getLogger(__name__)
@@ -73,24 +74,22 @@ async def write_export(request: ExportRequest, parts: list[ExportPart], folder: 
     now = now or datetime.now(UTC)
     await asyncio.to_thread(folder.mkdir, mode=0o700, parents=True, exist_ok=True)
     final = await asyncio.to_thread(_free_name, folder, file_stem(request.session.session_id, now))
-    fd, tmp_name = tempfile.mkstemp(prefix=".export.", suffix=".zip.part", dir=folder)  # owner-only
-    os.close(fd)
-    md_fd, md_name = tempfile.mkstemp(prefix=".export.", suffix=".md.part", dir=folder)
-    tmp, md_path = Path(tmp_name), Path(md_name)
+    md_fd, md_name = tempfile.mkstemp(prefix=".export.", suffix=".md.part", dir=folder)  # owner-only
+    md_path = Path(md_name)
     result = ExportFile(path=final)
     archive: _Zip | None = None
     try:
-        with os.fdopen(md_fd, "w", encoding="utf-8", newline="\n") as md:
-            archive = await asyncio.to_thread(_Zip, tmp)
-            files = await _write_parts(request, parts, archive, md, now, result)
-        await asyncio.to_thread(archive.finish, md_path, files)
-        archive = None
-        await asyncio.to_thread(os.replace, tmp, final)
-    except BaseException:
-        if archive is not None:
-            await asyncio.to_thread(archive.abort)
-        await asyncio.to_thread(_remove, tmp)
-        raise
+        with replacing(final, suffix=".zip.part") as tmp:  # renamed to ``final`` once the zip is complete
+            try:
+                with os.fdopen(md_fd, "w", encoding="utf-8", newline="\n") as md:
+                    archive = await asyncio.to_thread(_Zip, tmp)
+                    files = await _write_parts(request, parts, archive, md, now, result)
+                await asyncio.to_thread(archive.finish, md_path, files)
+                archive = None
+            except BaseException:
+                if archive is not None:
+                    await asyncio.to_thread(archive.abort)
+                raise
     finally:
         await asyncio.to_thread(_remove, md_path)
     result.size = (await asyncio.to_thread(os.stat, final)).st_size

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memory.daily import session_dir_name
+from core.files import atomic_write, session_dir_name
 
 if TYPE_CHECKING:
     from store.conversations import ConversationStore
@@ -147,15 +147,7 @@ def save_image(data_dir: Path, session_id: str, data: bytes, stem: str = "") -> 
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in stem)[:40]
     name = f"{safe or 'image'}-{uuid.uuid4().hex[:8]}.jpg"
     path = folder / name
-    temp = folder / f".{name}.part"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(jpeg)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, jpeg, suffix=".part")
     relative = path.relative_to(Path(data_dir)).as_posix()
     return SavedImage(file=relative, width=width, height=height, bytes=len(jpeg))
 

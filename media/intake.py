@@ -20,16 +20,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agent.images import Vision
 from core.errors import EndpointNotFoundError, ModelNotFoundError, TransientLLMError
 from core.llm import Transcriber
 from core.messages import IncomingMessage
-from core.usage import usage_scope
-from dispatcher.intake import speaker_text, with_reply
+from core.usage import speaker_of, usage_scope
 from media.files import ImageError, image_executor, save_image
-from usage.caps import speaker_of
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -56,15 +53,24 @@ TRANSCRIBABLE = frozenset({"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "
 NOT_SUPPORTED = "This chat cannot fetch photos or voice messages yet. Please type what you would like to say."
 
 
+class Vision(Protocol):
+    """Whether a model is sent images (``agent.images.Vision``: the ``vision`` setting, the table, refusals)."""
+
+    def allows(self, model: str) -> bool: ...
+
+
 @dataclass(slots=True)
 class Prepared:
     """What a photo or voice note became: a reply without the agent (``reply``), or the turn's text and the
-    stored message's extra keys, with what goes before the answer (``before``)."""
+    stored message's extra keys, with what goes before the answer (``before``). A voice note's ``text`` is the
+    user's own words (``spoken``): the dispatcher frames them as it frames a typed message (reply quote,
+    ``[Speaker]`` in a group)."""
 
     reply: str | None = None
     text: str = ""
     keys: dict[str, Any] = field(default_factory=dict)
     before: str = ""
+    spoken: bool = False
 
 
 def heard_line(transcript: str) -> str:
@@ -154,9 +160,7 @@ class MediaIntake:
             return Prepared(reply=VOICE_EMPTY)
         caption = msg.text.strip()
         spoken = f"{transcript}\n{caption}" if caption else transcript
-        spoken = with_reply(msg, spoken)
-        text = speaker_text(msg, spoken) if msg.is_group else spoken
-        return Prepared(text=text, keys={"voice": True}, before=heard_line(transcript))
+        return Prepared(text=spoken, keys={"voice": True}, before=heard_line(transcript), spoken=True)
 
 
 def _why(exc: BaseException) -> str:

@@ -45,6 +45,8 @@ from datetime import date as date_cls
 from datetime import datetime, tzinfo
 from pathlib import Path
 
+from core.files import session_dir_name
+
 logger = logging.getLogger(__name__)
 
 #: Section header for each reason a summary was written.
@@ -61,14 +63,8 @@ LONG_TERM_FILE = "MEMORY.md"
 #: (the ``memory_written`` plugin hook). ``kind`` is "summary", "note" or "injected" (``path`` None).
 OnWritten = Callable[[str, str, str, Path | None], Awaitable[None] | None]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DAILY_FILE = re.compile(r"(\d{4}-\d{2}-\d{2})\.md")
-
-
-def session_dir_name(session_id: str) -> str:
-    """The folder name of a session: every character outside ``[A-Za-z0-9_.-]`` becomes ``_``."""
-    return _UNSAFE.sub("_", session_id)
 
 
 def valid_date(text: str) -> bool:

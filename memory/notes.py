@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.files import atomic_write
 from memory.daily import FILE_LOCKS, LONG_TERM_FILE, DailyMemory, notify_written
 
 logger = logging.getLogger(__name__)
@@ -58,25 +57,6 @@ def _key(text: str) -> str:
     return _SPACE.sub(" ", text.removeprefix("- ").strip()).casefold()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` through a temporary file beside it (owner-only, as every file the bot
-    writes): a crash leaves the old file or the new one."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-_write_atomic = write_atomic  # the web console's name for it
-
-
 def read_note_file(path: Path) -> str | None:
     """A notes file's text (MEMORY.md, PERSON.md), or None when it is missing or a symbolic link (never read
     through one)."""
@@ -106,7 +86,7 @@ def _append(path: Path, note: str) -> NoteResult:
     new = (old if not old or old.endswith("\n") else old + "\n") + f"- {note}\n"
     if len(new) > NOTES_MAX_CHARS:
         return NoteResult("full", path, note, len(old))
-    write_atomic(path, new)
+    atomic_write(path, new, parents=True)
     return NoteResult("saved", path, note, len(new))
 
 

@@ -16,10 +16,10 @@ import logging
 import shutil
 from pathlib import Path
 
-from core.records import SessionInfo
-from dispatcher.identity import is_shared_group
+from core.files import atomic_write
+from core.records import SessionInfo, is_shared_group
 from memory.daily import FILE_LOCKS, FileCache, KeyFolders, cut_notes
-from memory.notes import NOTES_MAX_CHARS, NoteResult, append_line, lock_key, read_note_file, write_atomic
+from memory.notes import NOTES_MAX_CHARS, NoteResult, append_line, lock_key, read_note_file
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class PersonNotes:
         else:
             return []
         if keep:
-            write_atomic(path, "".join(f"- {n}\n" for n in keep))
+            atomic_write(path, "".join(f"- {n}\n" for n in keep), parents=True)
         else:
             path.unlink(missing_ok=True)
         return gone

@@ -19,8 +19,6 @@ Tools a plugin registers get the application's services in their :class:`~agent.
 
 from __future__ import annotations
 
-import difflib
-import functools
 import importlib
 import importlib.util
 import inspect
@@ -35,13 +33,13 @@ from types import ModuleType
 from typing import Any
 
 import pluggy
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agent.tools.base import Tool, bind_services
-from bootstrap.services import Services
 from channels.registry import channel_settings, known_channels
+from config.plugin_settings import validate_plugin_settings
 from core.messages import IncomingMessage
-from dispatcher.commands import Command, CommandRequest
+from core.suggest import did_you_mean
+from dispatcher.commands import Command, CommandRequest, Services
 from plugins import hookspecs
 from plugins.hookspecs import PROJECT, SKIP
 
@@ -58,14 +56,6 @@ RESERVED_NAMES = frozenset({"manager", "hookspecs", "builtin", "__init__", "__ma
 COMMAND_FAILED_REPLY = "Sorry, /{command} failed. The error has been logged."
 
 
-class PluginSettings(BaseModel):
-    """The settings every plugin has; a plugin's own ``Settings`` model adds to these."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    enabled: bool = True
-
-
 @dataclass
 class PluginInfo:
     """One discovered plugin and what it registered."""
@@ -78,37 +68,6 @@ class PluginInfo:
     error: str | None = None
     commands: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
-
-
-def settings_model(module: Any) -> type[BaseModel]:
-    """The plugin's ``Settings`` model, with an ``enabled`` field added if it lacks one."""
-    model: type[BaseModel] = getattr(module, "Settings", None) or PluginSettings
-    return model if "enabled" in model.model_fields else _with_enabled(model)
-
-
-@functools.cache
-def _with_enabled(model: type[BaseModel]) -> type[BaseModel]:
-    return create_model(f"{model.__name__}WithEnabled", __base__=model, enabled=(bool, True))
-
-
-def validate_plugin_settings(name: str, module: Any, raw: Any) -> tuple[Any, str | None]:
-    """Validate ``config.plugins[name]``; return ``(settings, None)`` or ``(None, one-line error)``."""
-    if not isinstance(raw, dict):
-        return None, f"invalid value for 'plugins.{name}': expected an object of settings"
-    if not isinstance(raw.get("enabled", True), bool):
-        return None, f"invalid value for 'plugins.{name}.enabled': expected true or false"
-    model = settings_model(module)
-    try:
-        return model.model_validate(raw), None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(["plugins", name, *(str(p) for p in err.get("loc", ()))])
-        if err.get("type") == "extra_forbidden":
-            key = str(err["loc"][-1]) if err.get("loc") else "?"
-            hint = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
-            tail = f"; did you mean plugins.{name}.{hint[0]}?" if hint else ""
-            return None, f"unknown setting {where!r}{tail}"
-        return None, f"invalid value for {where!r}: {err.get('msg', 'invalid value')}"
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -232,9 +191,7 @@ class PluginManager:
             info.enabled = True
         for name in wanted:
             if name not in plugins and name not in known_channels():  # a channel's own settings (registry)
-                hint = difflib.get_close_matches(name, list(plugins), n=1, cutoff=0.6)
-                logger.warning("config.plugins names an unknown plugin %r%s", name,
-                               f"; did you mean {hint[0]}?" if hint else "")
+                logger.warning("config.plugins names an unknown plugin %r%s", name, did_you_mean(name, plugins))
         self._pm, self.plugins = pm, plugins
         self._impl_cache = {}
         self._call_register("register_commands", self._command_register)
@@ -259,8 +216,7 @@ class PluginManager:
                     return str(exc)
                 continue
             if name not in known:
-                hint = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-                return f"unknown plugin {name!r}" + (f"; did you mean {hint[0]}?" if hint else "")
+                return f"unknown plugin {name!r}{did_you_mean(name, known)}"
             _settings, error = validate_plugin_settings(name, known[name], raw)
             if error:
                 return error

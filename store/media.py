@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection
 
-from memory.daily import session_dir_name
+from core.files import session_dir_name
 from store.models import MessageRow, SessionRow
 
 _MESSAGES = MessageRow.__table__

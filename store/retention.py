@@ -15,14 +15,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 
-from config.settings import Config
 from store.usage import UsageStore
 
 logger = logging.getLogger(__name__)
@@ -59,10 +58,22 @@ class CleanupStats:
     duration_ms: float = 0.0
 
 
+class RetentionSettings(Protocol):
+    """The settings the cleanup reads (``config.settings.Config`` has them; the store does not import it)."""
+
+    @property
+    def cleanup_hour(self) -> int: ...
+
+    @property
+    def conversation_max_age_days(self) -> int: ...
+
+    def zone(self) -> tzinfo | None: ...
+
+
 class CleanupJob:
     """Runs the retention cleanup on an APScheduler ``AsyncIOScheduler``: daily at ``cleanup_hour``."""
 
-    def __init__(self, store: RetentionStore, config_provider: Callable[[], Config], *,
+    def __init__(self, store: RetentionStore, config_provider: Callable[[], RetentionSettings], *,
                  startup_delay: float = 5.0, batch_size: int = 20, max_messages: int = 1000,
                  inbox_batch_size: int = 1000, usage: UsageStore | None = None,
                  sweep_media: Callable[[], Awaitable[int]] | None = None) -> None:

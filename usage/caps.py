@@ -63,11 +63,6 @@ class CapDecision:
 ALLOWED = CapDecision()
 
 
-def speaker_of(channel: str, user_id: str) -> str:
-    """The speaker's key in ``usage`` and the person cap: ``<channel>:<user id>``."""
-    return f"{channel}:{user_id}"
-
-
 def group_of(info: SessionInfo) -> str | None:
     """The group chat a session belongs to (``<channel>:group:<chat id>``), or None for a private chat."""
     return f"{info.channel}:group:{info.chat_id}" if info.is_group else None

@@ -16,9 +16,8 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from agent.tokens import TokenCounter
 from core.llm import Usage
 from core.usage import PURPOSES, current_scope
 from store.usage import UsageStore
@@ -29,10 +28,18 @@ logger = logging.getLogger(__name__)
 MAX_PENDING = 10_000
 
 
+class TokenCount(Protocol):
+    """A model's tokenizer (``agent.tokens.TokenCounter``): what a call the server reported nothing for cost."""
+
+    def count_message(self, message: dict[str, Any]) -> int: ...
+
+    def count_text(self, text: str) -> int: ...
+
+
 class UsageRecorder:
     """Writes one ``usage`` row per model call."""
 
-    def __init__(self, store: UsageStore, counter: Callable[[str], TokenCounter]) -> None:
+    def __init__(self, store: UsageStore, counter: Callable[[str], TokenCount]) -> None:
         self.store = store
         #: ``counter(model)``: the tokenizer that counts a call the server reported no usage for
         self.counter = counter

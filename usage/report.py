@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from core.records import SessionInfo
+from core.usage import speaker_of
 from store.usage import ModelTokens, UsageStore, Who, local_midnight
-from usage.caps import chat_of, day_bounds, reset_text, speaker_of
+from usage.caps import chat_of, day_bounds, reset_text
 
 if TYPE_CHECKING:
     from config.settings import Config

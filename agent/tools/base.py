@@ -17,14 +17,16 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # tools stay importable on their own
-    from bootstrap.services import Services
     from config.settings import Config
     from core.messages import IncomingMessage
     from core.records import SessionInfo
     from memory.daily import DailyMemory
+    from memory.history_index import HistoryIndex
+    from memory.person import PersonNotes
+    from memory.search import MemorySearch
     from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -37,6 +39,35 @@ TOOL_RESULT_CAP = 50_000
 TURN_MESSAGE: ContextVar[IncomingMessage | None] = ContextVar("turn_message", default=None)
 
 
+class AdminCheck(Protocol):
+    """Whether a message comes from an admin (``dispatcher.admins.Admins``)."""
+
+    def is_admin(self, msg: IncomingMessage) -> bool: ...
+
+
+class ToolServices(Protocol):
+    """The application's parts as tools read them. The object handed over is the whole
+    ``dispatcher.commands.Services``; this names what tools use of it, so the agent stays below the dispatcher."""
+
+    @property
+    def store(self) -> ConversationStore: ...
+
+    @property
+    def memory(self) -> DailyMemory: ...
+
+    @property
+    def people(self) -> PersonNotes: ...
+
+    @property
+    def admins(self) -> AdminCheck: ...
+
+    @property
+    def memory_search(self) -> MemorySearch | None: ...
+
+    @property
+    def history_index(self) -> HistoryIndex | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a tool may know about the call: whose session, the settings in force, and the services."""
@@ -45,7 +76,7 @@ class ToolContext:
     config: Config
     data_dir: Path = field(default_factory=Path)
     #: the application's parts, or None outside the app
-    services: Services | None = None
+    services: ToolServices | None = None
     #: the conversation store, or None
     store: ConversationStore | None = None
     #: the daily memory files, or None
@@ -57,7 +88,7 @@ class ToolContext:
     #: the message being answered (who asked, in which chat), or None outside a chat turn
     message: IncomingMessage | None = None
 
-    def with_services(self, services: Services | None) -> ToolContext:
+    def with_services(self, services: ToolServices | None) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""
         if services is None or self.services is services:
             return self
@@ -155,7 +186,7 @@ def tool(fn: ToolFunction | None = None, *, name: str | None = None):
     return wrap(fn) if fn is not None else wrap
 
 
-def bind_services(t: Tool, services: Services) -> Tool:
+def bind_services(t: Tool, services: ToolServices) -> Tool:
     """``t``, called with ``services`` in its context when the caller's context has none."""
     function = t.function
 

@@ -33,34 +33,31 @@ import hashlib
 import logging
 import os
 import re
-import warnings
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from telegram import BotCommand, Message, ReplyParameters, Update
-from telegram.constants import ChatAction, ParseMode
+from telegram.constants import ChatAction
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, ExtBot, Updater
-from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
 from channels.telegram.incoming import MAX_FILE_BYTES, UpdatesRequest, to_incoming
 from channels.telegram.request import AiohttpRequest
+from channels.telegram.sender import retry_seconds, send_or_edit_html
+from channels.telegram.stream import TelegramReplyStream
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks
 from channels.telegram.webhook import WebhookServer
 from core.messages import IncomingMessage, ReplyStream
 from core.retry import FLOOD_LIMIT
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from config.settings import Config
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Opt in to PTB 23's timedelta durations now: PTB 22.2+ otherwise warns on every flood-control error
 # (``RetryAfter``), even from inside its own constructor.
@@ -87,7 +84,23 @@ MENU_DESCRIPTION_LENGTH = 256
 TOKEN_REJECTED = "telegram: the bot token was rejected; check telegram_bot_token / TELEGRAM_BOT_TOKEN"
 
 
-def menu_commands(registry: Any) -> list[BotCommand]:
+class MenuCommand(Protocol):
+    """A command as the menu shows it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+
+class CommandMenu(Protocol):
+    """The commands the menu lists, in order: the dispatcher's ``CommandRegistry``, handed over at construction."""
+
+    def all(self) -> Sequence[MenuCommand]: ...
+
+
+def menu_commands(registry: CommandMenu) -> list[BotCommand]:
     """The command menu: every command of the command registry that Telegram can show, in its order."""
     menu: list[BotCommand] = []
     for command in registry.all():
@@ -124,11 +137,11 @@ class TelegramChannel(BaseChannel):
             return "telegram_mode is webhook but telegram_webhook_url is empty"
         return None
 
-    def __init__(self, config: Config, *, services: Services | None = None, poll_timeout: float = 10.0) -> None:
+    def __init__(self, config: Config, *, commands: CommandMenu | None = None, poll_timeout: float = 10.0) -> None:
         super().__init__()
         self.config = config
-        #: the application's parts; the command menu is read from ``services.commands`` at start
-        self.services = services
+        #: the commands, read into the command menu at start
+        self.commands = commands
         self.poll_timeout = poll_timeout
         #: seconds a send, edit or typing call may take before it counts as failed (and is retried)
         self.send_timeout = SEND_TIMEOUT
@@ -194,7 +207,7 @@ class TelegramChannel(BaseChannel):
         self.bot = bot
         self.bot_id = bot.id
         self.bot_username = bot.username or ""
-        commands = self.services.commands if self.services is not None else None
+        commands = self.commands
         if commands is not None:
             try:
                 await bot.set_my_commands(menu_commands(commands))
@@ -427,8 +440,6 @@ class TelegramChannel(BaseChannel):
         """A reply that is sent at its first words and then edited in place (see :mod:`channels.telegram.stream`)."""
         if self.bot is None:
             return None
-        from channels.telegram.stream import TelegramReplyStream
-
         return TelegramReplyStream(self, to)
 
     def edit_slot(self, chat_id: int, is_group: bool) -> float:
@@ -471,28 +482,6 @@ class TelegramChannel(BaseChannel):
             await bot.send_chat_action(int(to.chat_id), ChatAction.TYPING, message_thread_id=thread)
         except (TelegramError, ValueError) as exc:
             logger.debug("telegram: typing action failed: %s", exc)
-
-
-async def send_or_edit_html(call: Callable[[str, str | None], Awaitable[T]], source: str,
-                            rendered: str | None) -> T:
-    """``call(rendered, HTML)``; when there is no ``rendered`` HTML or Telegram rejects its markup,
-    ``call(source, None)``: the text as plain text. Used for new messages and for edits alike."""
-    if rendered is not None:
-        try:
-            return await call(rendered, ParseMode.HTML)
-        except BadRequest as exc:
-            if "parse entities" not in str(exc).lower():
-                raise
-            logger.warning("telegram: markup rejected (%s); sending plain text", exc)
-    return await call(source, None)
-
-
-def retry_seconds(exc: RetryAfter) -> float:
-    """``RetryAfter.retry_after`` in seconds (an int today, a timedelta in PTB 23), without the warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        delay = exc.retry_after
-    return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
 
 
 def _reply_parameters(to: IncomingMessage) -> ReplyParameters | None:

@@ -9,7 +9,7 @@ and the call retried by python-telegram-bot's ``AIORateLimiter`` (see :mod:`chan
 one that outlasts its retries holds the chat, and the skipped edits are simply folded into the next one.
 Past 4,096 characters the message is finished with its formatted text and the answer continues in a new
 one. :meth:`finish` makes the last edit with formatting (HTML, or plain text where Telegram rejects the
-markup: :func:`~channels.telegram.channel.send_or_edit_html`), and sends what does not fit as further
+markup: :func:`~channels.telegram.sender.send_or_edit_html`), and sends what does not fit as further
 messages; a final edit that still fails goes back to the outbox, which tries it again.
 
 Every Bot API call of a stream happens under its lock, so the pump and :meth:`finish` never race for
@@ -25,8 +25,8 @@ from typing import Any
 
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from channels.telegram.channel import TelegramChannel, retry_seconds, send_or_edit_html
 from channels.telegram.markdown import escape
+from channels.telegram.sender import Sender, retry_seconds, send_or_edit_html
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks, render_piece, utf16_len
 from core.messages import IncomingMessage, ReplyStream
 
@@ -40,7 +40,7 @@ FIRST_HOLD = 0.5
 class TelegramReplyStream(ReplyStream):
     """One streamed reply in one chat (see the module docstring)."""
 
-    def __init__(self, channel: TelegramChannel, to: IncomingMessage) -> None:
+    def __init__(self, channel: Sender, to: IncomingMessage) -> None:
         self.channel = channel
         self.to = to
         self.chat_id = int(to.chat_id)

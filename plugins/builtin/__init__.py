@@ -1,2 +1,2 @@
-"""The built-in plugins (DESIGN §6): chat commands, admin commands, memory, person-note, export, usage and reminder
-commands, the memory index and the agent's tools. The config watcher is ``config/watch.py``."""
+"""The built-in plugins (DESIGN §6): chat commands, admin commands, memory commands and index, person notes,
+/export, /usage, reminders, and the registration of the agent's tools."""

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
+    from dispatcher.commands import Services
 
+from channels.registry import check_channel_type
 from config.edit import get_setting, save_setting, setting_path
 from config.settings import KNOWN_KEYS, RESTART_KEYS, SECRET_KEYS, Config, live_config, load_config, mask_secret
 from core.errors import ConfigError
@@ -97,7 +98,7 @@ async def set_setting(request: CommandRequest, key: str, raw: str) -> str:
         return "There is no config file to write, so settings can only be shown."
     try:
         parts = setting_path(key)
-        cfg, needs_restart = save_setting(holder.path, key, raw, check=_plugin_check(services, parts))
+        cfg, needs_restart = save_setting(holder.path, key, raw, check=_check(services, parts))
     except ConfigError as exc:
         return f"Nothing changed: {_sentence(str(exc))}{_list_example(key, raw)}"
     except OSError as exc:
@@ -112,13 +113,15 @@ async def set_setting(request: CommandRequest, key: str, raw: str) -> str:
     return f"Set {key} = {value}."
 
 
-def _plugin_check(services: Services, parts: list[str]) -> Callable[[Any], None] | None:
-    """For plugin settings: validate them with the plugin's own model before anything is written."""
-    manager = services.plugins
-    if parts[0] != "plugins" or manager is None:
-        return None
+def _check(services: Services, parts: list[str]) -> Callable[[Config], None]:
+    """What the config model cannot check, before anything is written: ``channel_type`` against the channel
+    registry, and plugin settings with the plugin's own model."""
+    manager = services.plugins if parts[0] == "plugins" else None
 
     def check(cfg: Config) -> None:
+        check_channel_type(cfg)
+        if manager is None:
+            return
         plugins = cfg.plugins if len(parts) == 1 else {parts[1]: cfg.plugins.get(parts[1], {})}
         error = manager.check_settings(plugins)
         if error:

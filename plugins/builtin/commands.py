@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from core.records import is_shared_group
 from dispatcher.commands import CommandRequest
-from dispatcher.identity import is_shared_group
 from plugins.hookspecs import hookimpl
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import asyncio
 import logging
 from pathlib import Path
 
+from core.records import is_shared_group
 from dispatcher.commands import CommandRequest
-from dispatcher.identity import is_shared_group
 from export.parts import ExportRequest, default_parts
 from export.writer import ExportFile, describe, write_export
 from plugins.builtin.commands import SHARED_GROUP_REPLY

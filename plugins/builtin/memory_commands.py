@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from core.records import is_shared_group
 from dispatcher.commands import CommandRequest
-from dispatcher.identity import is_shared_group
 from memory.daily import LONG_TERM_FILE
 from memory.forget import forget_session
 from memory.index import date_of

@@ -22,8 +22,8 @@ from memory.search import MemorySearch
 from plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from config.settings import Config
+    from dispatcher.commands import Services
 
 logger = logging.getLogger(__name__)
 

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from bootstrap.compose import build_channels
 from channels import registry
-from channels.registry import BUILTIN_CHANNELS, check_channel_names, create_channel, known_channels
+from channels.registry import (
+    BUILTIN_CHANNELS,
+    check_channel_names,
+    check_channel_type,
+    create_channel,
+    known_channels,
+)
 from config.settings import Config, validate_data
 from core.errors import ConfigError
 from tests.fakes.distribution import doc_example, write_distribution
@@ -60,22 +67,39 @@ def test_builtin_channels_register_themselves_under_their_listed_names():
 
 
 def test_channel_type_names_the_known_channels_and_the_nearest():
+    # the registry checks channel_type (at start, before /config and the console write, in the watcher): the
+    # config model below it takes any name
+    assert validate_data({"channel_type": "telegarm"}).channels == ["telegarm"]
     with pytest.raises(ConfigError) as err:
-        validate_data({"channel_type": "telegarm"})
-    assert str(err.value) == ("invalid value for 'channel_type': Value error, unknown channel 'telegarm': the known "
-                              "channels are telegram, terminal, wechat, weixin; did you mean 'telegram'? "
-                              "(expected a registered channel name, or a list of them)")
+        check_channel_type(Config(channel_type=["terminal", "telegarm"]))
+    assert str(err.value) == ("invalid value for 'channel_type': unknown channel 'telegarm': the known "
+                              "channels are telegram, terminal, wechat, weixin; did you mean 'telegram'?")
+    check_channel_type(Config(channel_type=["terminal", "telegram"]))
     with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are telegram, terminal, "
                                          r"wechat, weixin$"):
         check_channel_names(["terminal", "irc"])
 
 
+async def test_config_refuses_an_unknown_channel_and_writes_nothing(tmp_path):
+    async with PluginBot(tmp_path, admin_users=["telegram:7"]) as bot:
+        before = bot.file_bytes()
+        reply = await bot.admin("/config channel_type telegarm")
+        assert reply.startswith("Nothing changed: invalid value for 'channel_type': unknown channel 'telegarm': ")
+        assert "did you mean 'telegram'?" in reply
+        assert bot.file_bytes() == before and bot.holder().channel_type == "terminal"
+        assert await bot.admin('/config channel_type ["terminal", "telegram"]') == (
+            'Saved channel_type = ["terminal", "telegram"]; it takes effect after a restart.')
+
+
 def test_build_channels_uses_the_registry():
     cfg = Config(channel_type=["terminal", "telegram"], telegram_bot_token="1:x")
-    services = object()
+    windows = SimpleNamespace(get=lambda model: SimpleNamespace(describe=lambda: f"128,000 tokens ({model})"))
+    services = SimpleNamespace(commands=object(), agent=SimpleNamespace(windows=windows))
     terminal, telegram = build_channels(cfg, services)
     assert (terminal.name, telegram.name) == ("terminal", "telegram")
-    assert telegram.config is cfg and telegram.services is services
+    assert telegram.config is cfg and telegram.commands is services.commands  # the parts each takes, not all
+    assert terminal.window(cfg.model) == f"128,000 tokens ({cfg.model})"
+    assert terminal.keep_in_history("/auth hunter22") is False and terminal.keep_in_history("hello") is True
 
 
 def test_an_installed_channel_is_known_without_import_and_built_on_demand(irc_installed):

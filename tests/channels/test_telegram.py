@@ -7,7 +7,6 @@ import logging
 import socket
 import time
 from datetime import UTC, datetime
-from types import SimpleNamespace
 
 import pytest
 from telegram.error import TelegramError
@@ -66,7 +65,7 @@ def command_registry() -> CommandRegistry:
 
 @pytest.fixture
 async def channel(api):
-    ch = TelegramChannel(make_config(api), services=SimpleNamespace(commands=command_registry()), poll_timeout=2)
+    ch = TelegramChannel(make_config(api), commands=command_registry(), poll_timeout=2)
     inbox = Inbox()
     ch.set_handler(inbox)
     ch.inbox = inbox

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import config.settings as config_module
+from channels.registry import check_channel_type
 from config.edit import parse_value, save_setting, with_setting
 from config.settings import ConfigHolder, live_config, load_config
 from config.watch import ConfigWatcher
@@ -95,6 +96,19 @@ async def test_an_invalid_edit_is_rejected_and_logged(watched, caplog, content, 
         write(path, {"data_dir": "data", "agent_max_context_turns": 9})
         await wait_until(lambda: holder().agent_max_context_turns == 9)
     assert "config.json is valid again: its settings are applied" in caplog.text
+
+
+async def test_an_unknown_channel_is_rejected_by_the_check_the_app_gives(tmp_path, caplog):
+    path, holder = make(tmp_path)
+    watcher = ConfigWatcher(holder, path, debounce_ms=50, tick_ms=200, environ=NO_ENV, check=check_channel_type)
+    before = holder()
+    with caplog.at_level(logging.ERROR, logger="config.watch"):
+        write(path, {"data_dir": "data", "channel_type": "telegarm"})
+        assert watcher.check() is False
+    assert holder() is before
+    assert ("config.json change rejected: invalid value for 'channel_type': unknown channel 'telegarm': the known "
+            "channels are telegram, terminal, wechat, weixin; did you mean 'telegram'?; the previous settings stay "
+            "in force") in caplog.text
 
 
 async def test_a_truncated_file_keeps_every_setting_until_it_is_repaired(tmp_path, caplog):

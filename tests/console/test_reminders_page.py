@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from config.settings import Config, ConfigHolder
-from console.server import WebConsole
+from console.site import web_console
 from core.records import SessionInfo
 from store.conversations import ConversationStore
 from store.reminders import Reminders
@@ -35,7 +35,7 @@ async def test_the_page_lists_pending_reminders_soonest_first(tmp_path: Path, st
     await reminders.cancel("telegram:1", 2, "telegram:1", may_cancel_any=True)  # same time: the later set is 2
     parts = Parts(ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port(),
                                       timezone="Asia/Shanghai")), store)
-    console = WebConsole(parts)
+    console = web_console(parts)
     assert await console.start() is True
     try:
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:

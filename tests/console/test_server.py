@@ -12,6 +12,7 @@ import pytest
 
 from config.settings import Config, ConfigHolder
 from console.server import WebConsole
+from console.site import web_console
 from tests.console.conftest import free_port
 
 
@@ -23,7 +24,7 @@ class Parts:
 
 
 def console_for(tmp_path: Path, **settings: Any) -> WebConsole:
-    return WebConsole(Parts(ConfigHolder(Config(data_dir=str(tmp_path), **settings))))
+    return web_console(Parts(ConfigHolder(Config(data_dir=str(tmp_path), **settings))))
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -116,7 +117,7 @@ async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan
 
     channel = WaitingWeixin()
     parts = Parts(ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port())))
-    console = WebConsole(parts, channels=[channel])
+    console = web_console(parts, channels=[channel])
     assert await console.start() is True
     try:
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:

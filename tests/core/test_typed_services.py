@@ -23,7 +23,7 @@ DATA_PROBES = {
     ("channels/telegram/incoming.py", "message"),  # which content field a Telegram message carries
     ("channels/telegram/channel.py", "update"),  # an update id for a log line, whatever arrived
     ("console/server.py", "site._server"),  # aiohttp's bound sockets, to tell the port really bound
-    ("plugins/manager.py", "module"),  # a plugin module's optional Settings class
+    ("config/plugin_settings.py", "module"),  # a plugin module's optional Settings class
     ("plugins/manager.py", "obj"),  # a plugin object's optional name
     ("bootstrap/preflight.py", "record"),  # a log record's optional "console" flag
     ("bootstrap/preflight.py", "exc"),  # a database error's driver error, when it wraps one

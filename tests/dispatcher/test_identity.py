@@ -4,8 +4,8 @@ import pytest
 
 from config.settings import Config
 from core.messages import IncomingMessage
-from core.records import SessionInfo
-from dispatcher.identity import is_shared_group, session_for
+from core.records import SessionInfo, is_shared_group
+from dispatcher.identity import session_for
 
 
 def private(**kw):

@@ -64,6 +64,14 @@ def test_a_bad_config_is_one_clear_line(tmp_path):
                                    "did you mean agent_max_context_turns?")
 
 
+def test_an_unknown_channel_is_one_clear_line_naming_the_nearest(tmp_path):
+    path = write_config(tmp_path, channel_type=["terminal", "telegarm"], data_dir="data")
+    proc = run_app(path, "")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("config error: invalid value for 'channel_type': unknown channel 'telegarm': the "
+                                   "known channels are telegram, terminal, wechat, weixin; did you mean 'telegram'?")
+
+
 def summary_aware(body):
     """Answer summary requests with a bullet; leave chat requests to the default echo."""
     from summaries.text import SUMMARY_SYSTEM_PROMPT

@@ -10,8 +10,9 @@ from zoneinfo import ZoneInfo
 import pytest
 import time_machine
 
+from core.files import session_dir_name
 from memory import daily
-from memory.daily import REASON_HEADERS, DailyMemory, MemoryHit, session_dir_name
+from memory.daily import REASON_HEADERS, DailyMemory, MemoryHit
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 SID = "telegram:12345"

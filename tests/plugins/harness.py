@@ -11,10 +11,9 @@ from agent.loop import Agent
 from agent.session import LoggingDropSink, SessionManager
 from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
-from bootstrap.services import Services
 from config.settings import ConfigHolder, load_config
 from dispatcher.admins import Admins
-from dispatcher.commands import CommandRegistry
+from dispatcher.commands import CommandRegistry, Services
 from dispatcher.dispatcher import Dispatcher
 from memory.daily import DailyMemory, MemoryWritten
 from memory.person import PEOPLE_DIR, PersonNotes
