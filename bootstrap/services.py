@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the parts' modules import each other's packages; the types 
     from agent.session import SessionManager
     from agent.tools.base import ToolRegistry
     from config.settings import ConfigHolder
+    from console.server import WebConsole
     from core.llm import BaseLLM
     from dispatcher.admins import Admins
     from dispatcher.commands import CommandRegistry
@@ -64,3 +65,5 @@ class Services:
     caps: UsageCaps | None = None
     #: the vectors of every stored turn for ``history_search``, made by the ``memory_index`` plugin (None while off)
     history_index: HistoryIndex | None = None
+    #: the web console this process serves, once started (None when it is off or another process serves it)
+    console: WebConsole | None = None
