@@ -221,6 +221,7 @@ class App:
         console = await start_console(services, self.channel_failures, channels=self.channels,
                                       leadership=self.leadership)
         if console is not None:
+            services.console = console  # /console makes its new one-time links
             await self.background.start("web console", None, console.stop)
         heap.freeze()
         self._warm_up("tokenizer", services.agent.counter, services.config.current.model)

@@ -1,10 +1,12 @@
 """Who may use the console: the start token or the password, session cookies, CSRF tokens and the lockout.
 
-On loopback without ``web_console_password`` a token made at start (printed in the start banner and
-``bot.log``, as Jupyter does) opens the console; with the password, a login form. A successful login
-gets a new session id in an HttpOnly, SameSite=Strict cookie; every form carries the session's CSRF
-token, and a POST without it is refused. Five failed logins from one address within 10 minutes lock that
-address out for 10 minutes (the ``/auth`` guard, kept in its own file under the data folder).
+On loopback without ``web_console_password`` a one-time token made at start (printed in the start banner and
+``bot.log``, as Jupyter does) opens the console; with the password, a login form. The token logs in one
+browser once; ``/console`` (the terminal, or an admin's private chat) makes a new one, which replaces any
+unused one. A successful login gets a new session id in an HttpOnly, SameSite=Strict cookie; every form
+carries the session's CSRF token, and a POST without it is refused. Five failed logins from one address
+within 10 minutes lock that address out for 10 minutes (the ``/auth`` guard, kept in its own file under the
+data folder).
 """
 
 from __future__ import annotations
@@ -28,12 +30,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COOKIE = "console_session"
+#: The cookie of a visitor not logged in: the login form's CSRF token (never the session cookie).
+LOGIN_COOKIE = "console_login"
 #: A session unused this long must log in again.
 SESSION_IDLE_SECONDS = 12 * 3600
 #: Sessions kept at most (the oldest go first): visitors who never log in cannot fill the memory.
 MAX_SESSIONS = 1000
 #: The file under data_dir that keeps the console's failed logins and lockouts across restarts.
 LOCKOUT_FILE = "console_lockouts.json"
+#: Tokens remembered after use (to say "used already" rather than "wrong", and to mask them in the log page).
+TOKENS_REMEMBERED = 100
+#: What a used token's link answers.
+USED_TOKEN = ("This link no longer logs in: each link logs in one browser once, and a newer link replaces it. For a "
+              "new one, type /console in the bot's terminal, or send /console to the bot in a private chat as an "
+              "admin.")
 
 
 def is_loopback(host: str) -> bool:
@@ -103,8 +113,17 @@ class Access:
 
     def __init__(self, config: Callable[[], Config], data_dir: Path) -> None:
         self.config = config
+        #: the token that logs in now ('' once it was used and no new one was asked for)
         self.token = secrets.token_urlsafe(24)
+        #: every token made, newest last (the used ones answer "used already"; the log page masks them all)
+        self.issued: list[str] = [self.token]
         self.guard = AuthGuard(path=data_dir / LOCKOUT_FILE)
+
+    def renew(self) -> str:
+        """A new one-time token; an earlier one not used yet stops working."""
+        self.token = secrets.token_urlsafe(24)
+        self.issued = [*self.issued, self.token][-TOKENS_REMEMBERED:]
+        return self.token
 
     @property
     def password(self) -> str:
@@ -117,9 +136,14 @@ class Access:
         return "password" if self.password else "token"
 
     def secret_matches(self, given: str) -> bool:
-        """True when ``given`` is the password (or, without one, the token)."""
+        """True when ``given`` is the password (or, without one, the token not used yet)."""
         expected = self.password or self.token
-        return bool(given) and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+        return bool(given) and bool(expected) and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+    def used_token(self, given: str) -> bool:
+        """True when ``given`` is a token made here that no longer logs in (used, or replaced by a newer one)."""
+        return self.mode == "token" and any(hmac.compare_digest(given.encode("utf-8"), old.encode("utf-8"))
+                                            for old in self.issued if old != self.token)
 
     def locked_for(self, client: str) -> float:
         """Seconds this client is still locked out (0 when not)."""
@@ -132,8 +156,14 @@ class Access:
             return f"Too many failed logins from your address. Try again in {_minutes(left)}."
         if self.secret_matches(given):
             self.guard.succeed(_key(client))
-            logger.info("web console: login from %s", client)
+            if self.mode == "token":
+                self.token = ""  # one-time: the link is spent
+            logger.info("web console: login from %s%s", client, " with the one-time link" if self.mode == "token"
+                        else "")
             return None
+        if self.used_token(given):  # the operator's own old link, not a guess: no lockout for it
+            logger.info("web console: a used or replaced link was opened from %s", client)
+            return USED_TOKEN
         what = "password" if self.mode == "password" else "token"
         logger.warning("web console: wrong %s from %s", what, client)
         if self.guard.fail(_key(client)):

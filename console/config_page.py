@@ -24,6 +24,7 @@ from channels.registry import check_channel_type
 from config.edit import parse_value, with_setting
 from config.settings import (
     ENV_OVERRIDES,
+    KEY_HELP,
     KNOWN_KEYS,
     RESTART_KEYS,
     SECRET_KEYS,
@@ -73,6 +74,8 @@ def shown_value(kind: str, value: Any) -> str:
         return "true" if value else "false"
     if kind in ("int", "text", "longtext", "choice"):
         return str(value)
+    if isinstance(value, str) and parse_value(value) == value:
+        return value  # a string bare ("telegram", "auto"), as the field reads it back; "true" or " x" stay quoted
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -102,6 +105,7 @@ def fields(values: dict[str, Any], entered: dict[str, str] | None = None) -> lis
             "choices": typing.get_args(ann) if kind == "choice" else (),
             "is_set": bool(values.get(key)) if kind == "secret" else None,
             "env": _ENV_OF.get(key),
+            "help": KEY_HELP.get(key, ""),
         })
     return out
 

@@ -87,17 +87,28 @@ async def memory_list(request: web.Request) -> web.StreamResponse:
 
     rows = await services.store.run(list_sessions, "", 10_000)
     names = {session_dir_name(r.session_id): r.session_id for r in rows}
+    titles = {session_dir_name(r.session_id): r.title or "" for r in rows}
+    # a person's folder is named from "<channel>:<user id>", as their private chat's session id is
+    persons = {session_dir_name(r.session_id): r.title or "" for r in rows if not r.is_group}
     sessions, people = await asyncio.to_thread(scan, services, names)
     with_sessions = {s["folder"] for s in sessions}
     for folder, sid in names.items():  # conversations with no memory folder yet can get notes too
         if folder not in with_sessions:
             sessions.append({"folder": folder, "session_id": sid, "notes": None, "daily": 0})
+    for row in sessions:
+        row["title"] = titles.get(row["folder"], "")
+    sessions.sort(key=lambda r: (not r["session_id"], (r["title"] or r["session_id"] or r["folder"]).casefold()))
+    for person in people:
+        person["name"] = persons.get(person["folder"], "")
     return console.render(request, "memory.html", title="Memory", sessions=sessions, people=people,
                           notes_file=LONG_TERM_FILE, person_file=PERSON_FILE)
 
 
-def _label(kind: str, folder: str, session_id: str | None = None) -> str:
-    return f"{LONG_TERM_FILE} of {session_id or folder}" if kind == "session" else f"{PERSON_FILE} of {folder}"
+def _label(kind: str, folder: str, session_id: str | None = None, title: str = "") -> str:
+    if kind == "session":
+        who = f"{title} ({session_id})" if title and session_id else session_id or folder
+        return f"{LONG_TERM_FILE} of {who}"
+    return f"{PERSON_FILE} of {title} ({folder})" if title else f"{PERSON_FILE} of {folder}"
 
 
 async def edit_form(request: web.Request) -> web.StreamResponse:
@@ -106,8 +117,8 @@ async def edit_form(request: web.Request) -> web.StreamResponse:
     kind, folder = request.query.get("kind", ""), request.query.get("dir", "")
     path, cap = note_path(console.services, kind, folder)
     text = await asyncio.to_thread(read_note_file, path)
-    sid = await _session_of(console.services, folder) if kind == "session" else None
-    return console.render(request, "memory_edit.html", title=_label(kind, folder, sid), kind=kind, folder=folder,
+    sid, name = await _session_of(console.services, folder, kind)
+    return console.render(request, "memory_edit.html", title=_label(kind, folder, sid, name), kind=kind, folder=folder,
                           text=text or "", cap=cap, digest=digest(text), exists=text is not None)
 
 
@@ -120,8 +131,8 @@ async def save(request: web.Request) -> web.StreamResponse:
     path, cap = note_path(services, kind, folder)
     text = str(form.get("text", "")).replace("\r\n", "\n")
     loaded = str(form.get("digest", ""))
-    sid = await _session_of(services, folder) if kind == "session" else None
-    title = _label(kind, folder, sid)
+    sid, name = await _session_of(services, folder, kind)
+    title = _label(kind, folder, sid, name)
 
     def again(error: str, status: int = 400) -> web.Response:
         return console.render(request, "memory_edit.html", status=status, title=title, kind=kind,
@@ -146,11 +157,16 @@ async def save(request: web.Request) -> web.StreamResponse:
                           notice=f"Saved ({len(text):,} of {cap:,} characters).")
 
 
-async def _session_of(services: Services, folder: str) -> str | None:
+async def _session_of(services: Services, folder: str, kind: str) -> tuple[str | None, str]:
+    """The conversation a notes folder belongs to (None for a person's) and its title or the person's name."""
     from console.data import list_sessions
 
     rows = await services.store.run(list_sessions, "", 10_000)
-    return next((r.session_id for r in rows if session_dir_name(r.session_id) == folder), None)
+    row = next((r for r in rows if session_dir_name(r.session_id) == folder and (kind == "session" or not r.is_group)),
+               None)
+    if row is None:
+        return None, ""
+    return (row.session_id if kind == "session" else None), row.title or ""
 
 
 def _reindex(services: Services, session_id: str) -> None:

@@ -60,9 +60,7 @@ async def login(request: web.Request) -> web.StreamResponse:
 
 async def logout(request: web.Request) -> web.StreamResponse:
     """End the session."""
-    console = console_of(request)
-    console.sessions.drop(request[SESSION].id)
-    raise web.HTTPSeeOther("/login")
+    return console_of(request).log_out(request)
 
 
 # --- status -------------------------------------------------------------------------------------------

@@ -3,6 +3,11 @@
 The app starts it after "ready" (``start_console``) and stops it first at shutdown, before the turns in
 flight are drained. A console that cannot start (a port in use, a non-loopback address without a
 password) is one log line; the chat channels keep running.
+
+Cookies: the session cookie is set by a login only, and removed by a logout: a request that comes without
+it (Chromium's own ``/favicon.ico`` request racing the token login, or a link followed from another site,
+which SameSite=Strict sends without cookies) never gets a new one, so no page can log the admin out. A
+visitor who is not logged in gets the login form's CSRF token under a cookie of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 from aiohttp import web
 
-from console.auth import COOKIE, Access, ConsoleSession, SessionStore, csrf_ok, is_loopback
+from console.auth import COOKIE, LOGIN_COOKIE, Access, ConsoleSession, SessionStore, csrf_ok, is_loopback
 
 if TYPE_CHECKING:
     from channels.base import BaseChannel
@@ -34,6 +39,7 @@ CONSOLE: web.AppKey[WebConsole] = web.AppKey("console")
 SESSION: Any = web.RequestKey("console_session", ConsoleSession) if hasattr(web, "RequestKey") else "console_session"
 #: Pages anyone may open: the login form and the files it needs.
 OPEN_PATHS = ("/login",)
+FAVICON = HERE / "static" / "favicon.ico"
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
                                 "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
@@ -67,7 +73,10 @@ class WebConsole:
         self.port = cfg.web_console_port
         self.loopback = is_loopback(self.host)
         self.access = Access(services.config, cfg.data_path())
+        #: logged-in browsers (the session cookie)
         self.sessions = SessionStore()
+        #: visitors on the login form (its CSRF token): kept apart, so they never push a logged-in session out
+        self.visitors = SessionStore()
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
         self._runner: web.AppRunner | None = None
@@ -123,14 +132,31 @@ class WebConsole:
     def announce(self) -> None:
         """Say where the console is: in bot.log, and on an interactive terminal above the prompt."""
         how = "" if self.access.mode == "token" else " (log in with web_console_password)"
-        line = f"web console: {self.url()}{how}"
+        self._say(f"web console: {self.url()}{how}")
+
+    def _say(self, line: str, *, terminal: bool = True) -> None:
+        """One line in bot.log, and on an interactive terminal above the prompt (INFO lines stay off it)."""
         logger.info("%s", line)
         cfg = self.services.config()
-        if "terminal" in cfg.channels:
+        if terminal and "terminal" in cfg.channels:
             from channels.terminal import stdin_is_terminal
 
-            if stdin_is_terminal():  # INFO lines stay off an interactive terminal: show this one there
+            if stdin_is_terminal():
                 print(line, file=sys.stdout, flush=True)  # noqa: T201 - the start banner's line
+
+    def new_link(self, asked_by: str) -> str:
+        """``/console``: a new one-time link (any unused one stops working), said in bot.log and on the terminal;
+        the answer for the admin who asked."""
+        if self._runner is None:
+            return "The web console is not running (see bot.log for why)."
+        if self.access.mode != "token":
+            return (f"The web console is at {self.url()}: log in with web_console_password (links are only for a "
+                    "console without a password).")
+        self.access.renew()
+        self._say(f"web console: new one-time link (asked by {asked_by}): {self.url()}",
+                  terminal=not asked_by.startswith("terminal:"))  # asked there: the answer shows it
+        return (f"Web console: {self.url()}\nThe link logs in one browser once, on the bot's machine (or through an "
+                "SSH tunnel); it replaces any earlier link.")
 
     async def stop(self) -> None:
         """Stop serving; requests in progress get a moment to finish."""
@@ -145,6 +171,7 @@ class WebConsole:
         app = web.Application(middlewares=[self._gate], client_max_size=1024 * 1024)
         app[CONSOLE] = self
         app.router.add_static("/static/", HERE / "static", name="static", append_version=True)
+        app.router.add_get("/favicon.ico", favicon)
         for add_routes in self.pages:
             add_routes(app.router)
         return app
@@ -155,21 +182,28 @@ class WebConsole:
             # A page of another site whose name was rebound to 127.0.0.1 (DNS rebinding) is not let in.
             return web.Response(status=403, text="This console answers at a loopback address only "
                                                  "(http://127.0.0.1:PORT/); behind a proxy, set web_console_password.")
-        if request.path.startswith("/static/"):
-            return await handler(request)
+        if request.path.startswith("/static/") or request.path == "/favicon.ico":
+            return await handler(request)  # files: no session, no cookie
         session = self.sessions.get(request.cookies.get(COOKIE))
-        fresh = session is None
-        if session is None:
-            session = self.sessions.new()
+        visitor: ConsoleSession | None = None
+        if session is None:  # not logged in: the login form's own session, never the session cookie
+            session = self.visitors.get(request.cookies.get(LOGIN_COOKIE))
+            if session is None:
+                session = visitor = self.visitors.new()
         request[SESSION] = session
         try:
             response = await self._guarded(request, handler, session)
         except web.HTTPException as exc:  # a raised redirect or 404 gets the same headers
             for name, value in SECURITY_HEADERS.items():
                 exc.headers.setdefault(name, value)
+            if visitor is not None:
+                self.visitors.drop(visitor.id)
             raise
-        if fresh and request[SESSION] is session:
-            set_cookie(request, response, session)
+        if visitor is not None:
+            if request[SESSION] is visitor and not 300 <= response.status < 400:
+                set_cookie(request, response, visitor, LOGIN_COOKIE)  # a page with a form: its CSRF token
+            else:
+                self.visitors.drop(visitor.id)  # a redirect, or logged in: nobody holds it
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response
@@ -177,6 +211,9 @@ class WebConsole:
     async def _guarded(self, request: web.Request, handler: Any, session: ConsoleSession) -> web.StreamResponse:
         token = request.query.get("token")
         if token is not None and request.method == "GET":
+            if session.authed:  # logged in already: the link is not needed (and stays unused)
+                query = {k: v for k, v in request.query.items() if k != "token"}
+                return redirect(str(request.rel_url.with_query(query)))
             return self._token_login(request, token)
         if request.method == "POST":
             form = await request.post()
@@ -212,11 +249,20 @@ class WebConsole:
     def log_in(self, request: web.Request, target: str) -> web.StreamResponse:
         """Replace the visitor's session with a new logged-in one and go to ``target``."""
         old: ConsoleSession = request[SESSION]
+        self.visitors.drop(old.id)
         self.sessions.drop(old.id)
         session = self.sessions.new(authed=True)
         request[SESSION] = session
         response = redirect(target)
         set_cookie(request, response, session)
+        response.del_cookie(LOGIN_COOKIE, path="/")
+        return response
+
+    def log_out(self, request: web.Request) -> web.StreamResponse:
+        """End the session and remove its cookie; back to the login form."""
+        self.sessions.drop(request[SESSION].id)
+        response = redirect("/login")
+        response.del_cookie(COOKIE, path="/")
         return response
 
     def redactor(self) -> Any:
@@ -225,7 +271,7 @@ class WebConsole:
 
         redact = Redactor()
         redact.update(self.services.config())
-        redact.secrets = sorted({*redact.secrets, self.access.token}, key=len, reverse=True)
+        redact.secrets = sorted({*redact.secrets, *self.access.issued}, key=len, reverse=True)
         return redact
 
     # --- rendering ---------------------------------------------------------------------------
@@ -265,10 +311,17 @@ def redirect(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location})
 
 
-def set_cookie(request: web.Request, response: web.StreamResponse, session: ConsoleSession) -> None:
-    """The session cookie: HttpOnly, SameSite=Strict, Secure behind TLS."""
+def set_cookie(request: web.Request, response: web.StreamResponse, session: ConsoleSession,
+               name: str = COOKIE) -> None:
+    """The session cookie (or the login form's): HttpOnly, SameSite=Strict, Secure behind TLS."""
     secure = request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
-    response.set_cookie(COOKIE, session.id, httponly=True, samesite="Strict", secure=secure, path="/")
+    response.set_cookie(name, session.id, httponly=True, samesite="Strict", secure=secure, path="/")
+
+
+async def favicon(request: web.Request) -> web.StreamResponse:
+    """``/favicon.ico``, which browsers ask for on their own (with no session and no cookie)."""
+    return web.FileResponse(FAVICON, headers={"Content-Type": "image/x-icon", "Cache-Control": "max-age=86400",
+                                              "X-Content-Type-Options": "nosniff"})
 
 
 def console_of(request: web.Request) -> WebConsole:

@@ -156,6 +156,14 @@ class Plugins(Protocol):
         ...
 
 
+class ConsoleLinks(Protocol):
+    """What ``/console`` asks of the web console this process serves (``console/server.py`` ``WebConsole``)."""
+
+    def new_link(self, asked_by: str) -> str:
+        """A new one-time login link for ``asked_by``, logged and printed; the sentence that gives it."""
+        ...
+
+
 @dataclass(eq=False)
 class Services:
     """The parts built at start that commands, tools and plugins may use, each with its type.
@@ -197,3 +205,5 @@ class Services:
     caps: UsageCaps | None = None
     #: the vectors of every stored turn for ``history_search``, made by the ``memory_index`` plugin (None while off)
     history_index: HistoryIndex | None = None
+    #: the web console this process serves, once started (None when it is off or another process serves it)
+    console: ConsoleLinks | None = None

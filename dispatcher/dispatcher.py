@@ -362,11 +362,12 @@ class Dispatcher:
         # reply's final edit carries the hooked, prefixed text; with nothing shown yet it is one send.
         final = self._final_edit(streamed) if streamed is not None and reply else None
         kept = item.reply is not None or (reply is not None and reply == item.kept_reply)
-        if item.message.content_type == REMINDER and item.inbox_id is not None and reply:
+        reminder = item.message.content_type == REMINDER
+        if reminder and item.inbox_id is not None and reply:
             outcome = "reminder"
             await note_in_history(self.reminders, self.sessions, item.inbox_id, item.message, item.info.session_id,
                                   reply)
-        await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=kept, send=final)
+        await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=kept, send=final, serial=reminder)
         if streamed is not None and not reply:
             await streamed.finish("")
         logger.info("session %s: %s in %.0f ms, %d tool call(s)%s", item.info.session_id, outcome,

@@ -9,11 +9,15 @@ of running the turn again (:mod:`dispatcher.resume`). A send the platform refuse
 blocked the bot, the chat is gone) is logged and the message marked done: retrying cannot help.
 
 The one window left is a crash after the platform accepted a reply and before the row is marked done: the
-reply is then sent once more after the restart. Platforms offer no idempotency key to close it.
+reply is then sent once more after the restart. Platforms offer no idempotency key to close it. Replies to
+people are one per message, so a crash repeats at most the ones in flight; reminders fall due by the dozen in
+one minute, so their sends go one at a time (``serial``): each is marked before the next send starts, and a
+crash repeats at most one reminder.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
@@ -39,21 +43,48 @@ class Outbox:
         self._send = send
         #: how a send is retried: until it goes through (the policy's attempts are None)
         self.retry = retry
+        #: held from a serial send's attempt until its row is marked done (released at once when it failed)
+        self._serial = asyncio.Lock()
 
     async def deliver(self, inbox_id: int | None, msg: IncomingMessage, reply: str, *, kept: bool = False,
-                      send: Callable[[IncomingMessage, str], Awaitable[None]] | None = None) -> bool:
+                      send: Callable[[IncomingMessage, str], Awaitable[None]] | None = None,
+                      serial: bool = False) -> bool:
         """Keep ``reply`` for the message, send it until the platform accepts it, then mark the message done.
 
         ``kept``: the reply is stored already (a resumed one). ``send``: how to put the final text out
         instead of a new message (a streamed reply's final edit); after a restart a kept reply always goes
-        out as a new message. Returns True when the platform accepted it. Cancelled (the bot stops), the
-        message stays pending with its reply, for the next start.
+        out as a new message. ``serial`` (reminders): no other serial send starts between this one's attempt
+        and its row marked done, so a crash can repeat at most one of them; a failed attempt lets the others
+        go while it waits for its retry. Returns True when the platform accepted it. Cancelled (the bot stops),
+        the message stays pending with its reply, for the next start.
         """
         if inbox_id is not None and reply and not kept:
             await self._keep(inbox_id, reply)
-        accepted = await self.send(msg, reply, send) if reply else True
-        if inbox_id is not None:
-            await self.mark_done(inbox_id)
+        if not serial or not reply:
+            accepted = await self.send(msg, reply, send) if reply else True
+            if inbox_id is not None:
+                await self.mark_done(inbox_id)
+            return accepted
+        put = send or self._send
+        held = False
+
+        async def one_at_a_time(to: IncomingMessage, text: str) -> None:
+            nonlocal held
+            await self._serial.acquire()
+            try:
+                await put(to, text)
+            except BaseException:
+                self._serial.release()
+                raise
+            held = True  # accepted: the next serial send waits until this row is marked
+
+        try:
+            accepted = await self.send(msg, reply, one_at_a_time)
+            if inbox_id is not None:
+                await self.mark_done(inbox_id)
+        finally:
+            if held:
+                self._serial.release()
         return accepted
 
     async def send(self, msg: IncomingMessage, text: str,

@@ -167,6 +167,8 @@ def _on_day(day: date, at: time, now: datetime, zone: ZoneInfo, what: str) -> da
 def _duration_seconds(text: str) -> int:
     total = 0
     for n, unit in re.findall(rf"(\d+)\s*({_UNIT_ALT})(?![a-z])", text, re.IGNORECASE):
+        if len(n.lstrip("0")) > 12:  # more seconds than any date holds (and int() refuses 4,300 digits)
+            raise OverflowError(f"{n} {unit}")
         total += int(n) * _UNITS[unit.lower()]
     return total
 
@@ -319,7 +321,10 @@ def parse_prefix(text: str, now: datetime, zone: ZoneInfo) -> tuple[When, str]:
         m = pattern.match(source)
         if m is None:
             continue
-        when = _resolve(kind, m, now, zone)
+        try:
+            when = _resolve(kind, m, now, zone)
+        except OverflowError:  # a number no date holds ("in 99999999999999999999 days"): far past the limit
+            raise WhenError("that is too far ahead (at most 5 years)") from None
         if when.due - now > MAX_AHEAD:
             raise WhenError("that is too far ahead (at most 5 years)")
         rest = source[m.end():].lstrip(" ,，;；:：")

@@ -1,4 +1,5 @@
-"""Built-in plugin: ``/config`` (admins) and ``/auth <password>`` (private chats) (DESIGN §1.4, §9 item 7).
+"""Built-in plugin: ``/config`` (admins), ``/auth <password>`` (private chats) (DESIGN §1.4, §9 item 7) and
+``/console`` (admins, private chats: a new one-time link to the web console, DESIGN §11).
 
 ``/config <key> <value>`` parses the value as JSON (a bare word is a string), validates the whole new
 config before anything is written, writes config.json atomically keeping every other key in place, and
@@ -33,9 +34,11 @@ LIST_VALUE_CHARS = 60
 
 @hookimpl
 def register_commands(register) -> None:
-    """Register /config and /auth."""
+    """Register /config, /auth and /console."""
     register("config", config_command, "show settings; /config <key> <value> changes one", admin_only=True)
     register("auth", auth_command, "/auth <password> makes you an admin", private_only=True)
+    register("console", console_command, "a new one-time link to the web console", admin_only=True,
+             private_only=True)
 
 
 # --- /config ------------------------------------------------------------------------------------------
@@ -174,3 +177,14 @@ async def auth_command(request: CommandRequest) -> str:
     await services.admins.grant(user)
     logger.info("/auth: %s is now an admin", user)
     return "You are now an admin."
+
+
+# --- /console -----------------------------------------------------------------------------------------
+async def console_command(request: CommandRequest) -> str:
+    """``/console``: a new one-time link to the web console (also in bot.log and on the terminal)."""
+    console = request.services.console
+    if console is None:
+        return ("The web console does not run in this process (web_console_port is 0, or it could not start, "
+                "e.g. another bot process on this machine has the port: ask there); see bot.log.")
+    msg = request.message
+    return console.new_link(f"{msg.channel}:{msg.user_id}")

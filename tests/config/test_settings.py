@@ -5,7 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import Config, ConfigHolder, atomic_write_json, load_config, mask_secret, normalise_db_url
+from config.settings import (
+    KEY_HELP,
+    KNOWN_KEYS,
+    Config,
+    ConfigHolder,
+    atomic_write_json,
+    load_config,
+    mask_secret,
+    normalise_db_url,
+)
 from core.errors import ConfigError
 
 
@@ -61,6 +70,12 @@ def test_defaults_cover_every_contract_key():
     assert (cfg.usage_cap_user_daily_tokens, cfg.usage_cap_group_daily_tokens, cfg.usage_cap_daily_tokens) == (0, 0, 0)
     assert cfg.usage_fallback_model == ""
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
+
+
+def test_every_key_has_one_line_of_help():
+    assert list(KEY_HELP) == list(KNOWN_KEYS)  # the model's order, every key, nothing else
+    for key, text in KEY_HELP.items():
+        assert text and text == text.strip() and "\n" not in text and "`" not in text, key
 
 
 def test_the_web_console_password_is_a_secret_that_the_environment_sets(tmp_path):

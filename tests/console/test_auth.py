@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from config.settings import Config, ConfigHolder
-from console.auth import MAX_SESSIONS, SESSION_IDLE_SECONDS, Access, SessionStore, csrf_ok, is_loopback
+from console.auth import MAX_SESSIONS, SESSION_IDLE_SECONDS, USED_TOKEN, Access, SessionStore, csrf_ok, is_loopback
 
 
 @pytest.mark.parametrize(("host", "loopback"), [
@@ -68,3 +68,21 @@ def test_five_failures_lock_one_address_out_across_restarts(tmp_path: Path) -> N
     again = Access(holder, tmp_path)  # a restart: the lockout is kept in the data folder
     assert again.locked_for("10.0.0.7") > 590
     assert (tmp_path / "console_lockouts.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_token_logs_in_once_and_a_new_one_replaces_an_unused_one(tmp_path: Path) -> None:
+    access = Access(ConfigHolder(Config(data_dir=str(tmp_path))), tmp_path)
+    first = access.token
+    assert access.attempt("127.0.0.1", first) is None
+    assert access.attempt("127.0.0.1", first) == USED_TOKEN  # one-time: any browser, the same one too
+    second = access.renew()
+    assert second != first and access.token == second
+    third = access.renew()  # a newer link replaces one not used yet
+    assert access.attempt("127.0.0.1", second) == USED_TOKEN
+    assert access.attempt("127.0.0.1", third) is None
+    assert access.attempt("127.0.0.1", third) == USED_TOKEN
+    assert access.attempt("127.0.0.1", "") == "Wrong token."  # no token in force: nothing opens it
+    assert access.issued == [first, second, third]  # the log page masks them all
+    for _ in range(5):  # the operator's own old links never lock the address out
+        assert access.attempt("127.0.0.1", first) == USED_TOKEN
+    assert access.locked_for("127.0.0.1") == 0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import KNOWN_KEYS, Config
-from console.config_page import changed_settings, fields, file_digest, parse_field, save_settings
+from config.settings import KEY_HELP, KNOWN_KEYS, Config
+from console.config_page import changed_settings, fields, file_digest, parse_field, save_settings, shown_value
 from core.errors import ConfigError
 
 
@@ -22,6 +22,25 @@ def test_every_key_has_a_field_of_its_kind() -> None:
     assert kinds["group_chat_prefix"] == "json" and kinds["channel_type"] == "json" and kinds["plugins"] == "json"
     assert {k for k, kind in kinds.items() if kind == "secret"} == {
         "open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"}
+
+
+def test_strings_are_shown_bare_and_read_back_as_the_same_value() -> None:
+    cfg = Config(channel_type="telegram", vision="auto", single_chat_prefix=[""]).model_dump()
+    shown = {f["key"]: f for f in fields(cfg)}
+    assert shown["channel_type"]["value"] == "telegram"  # not "\"telegram\""
+    assert shown["vision"]["value"] == "auto"
+    assert shown["single_chat_prefix"]["value"] == '[""]'  # a list stays JSON
+    for key in ("channel_type", "vision"):
+        assert parse_field(key, shown[key]["value"]) == cfg[key]
+    # a string the field would read back as something else keeps its quotes
+    assert shown_value("json", "true") == '"true"' and shown_value("json", " x") == '" x"'
+    assert shown_value("json", "12") == '"12"' and parse_field("channel_type", '"12"') == "12"
+
+
+def test_every_field_has_its_help_from_the_settings_model() -> None:
+    shown = {f["key"]: f["help"] for f in fields(Config().model_dump())}
+    assert all(shown.values()), [k for k, v in shown.items() if not v]
+    assert shown["agent_max_context_turns"] == KEY_HELP["agent_max_context_turns"]
 
 
 def test_a_secret_field_never_holds_the_secret() -> None:

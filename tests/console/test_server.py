@@ -84,9 +84,11 @@ async def test_the_console_serves_and_stops(tmp_path: Path, caplog: pytest.LogCa
             async with http.get(url.split("?")[0] + "conversations", allow_redirects=False) as response:
                 assert response.status == 303
                 assert response.headers["Location"] == "/login?next=%2Fconversations"
-                cookie = response.headers["Set-Cookie"]
-                assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+                assert "Set-Cookie" not in response.headers  # only a login sets the session cookie
                 assert response.headers["X-Frame-Options"] == "DENY"
+            async with http.get(url.split("?")[0] + "login", allow_redirects=False) as response:
+                cookie = response.headers["Set-Cookie"]  # the login form's own cookie, for its CSRF token
+                assert cookie.startswith("console_login=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
             # a page of another site rebound to 127.0.0.1 (DNS rebinding) is not let in, whatever it sends
             async with http.get(url, headers={"Host": f"evil.example:{console.bound_port}"}) as response:
                 assert response.status == 403
@@ -132,3 +134,73 @@ async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan
                 assert "is logged in: there is no QR code to scan" in await response.text()
     finally:
         await console.stop()
+
+
+def set_cookies(response: Any) -> dict[str, str]:
+    """The cookies a response sets, by name (a removal is an empty value)."""
+    return {morsel.key: morsel.value for morsel in response.cookies.values()}
+
+
+async def test_a_request_without_the_session_cookie_never_replaces_it(tmp_path: Path) -> None:
+    """The token login races Chromium's own /favicon.ico request, which still carries the cookie of before the
+    login (or none), and a link from another site comes without cookies (SameSite=Strict): neither may get a
+    session cookie that overwrites the logged-in one. In this order, deterministically."""
+    import aiohttp
+
+    console = console_for(tmp_path, web_console_port=free_port())
+    assert await console.start() is True
+    base = console.url().split("?")[0]
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
+            async with http.get(base + "login") as response:  # before the login: the login form's cookie only
+                before = set_cookies(response)
+                assert list(before) == ["console_login"]
+            old = f"console_login={before['console_login']}"
+            async with http.get(console.url(), headers={"Cookie": old}, allow_redirects=False) as response:
+                assert response.status == 303 and response.headers["Location"] == "/"
+                logged_in = set_cookies(response)
+                assert logged_in["console_login"] == "" and logged_in["console_session"]
+            session = f"console_session={logged_in['console_session']}"
+            for cookie in (old, ""):  # the favicon request of before the login; a link from another site
+                async with http.get(base + "favicon.ico", headers={"Cookie": cookie} if cookie else None,
+                                    allow_redirects=False) as response:
+                    assert response.status == 200 and response.content_type == "image/x-icon"
+                    assert (await response.read()).startswith(b"\x00\x00\x01\x00")  # an ICO file
+                    assert set_cookies(response) == {}
+                async with http.get(base + "conversations", headers={"Cookie": cookie} if cookie else None,
+                                    allow_redirects=False) as response:
+                    assert response.status == 303  # to the login form: this request is not logged in
+                    assert "console_session" not in set_cookies(response)
+            async with http.get(base + "weixin", headers={"Cookie": session}, allow_redirects=False) as response:
+                assert response.status == 200  # still logged in
+                assert "console_session" not in set_cookies(response)
+            async with http.post(base + "logout", headers={"Cookie": session}, allow_redirects=False) as response:
+                assert response.status == 403  # the form's CSRF token is missing: refused, still logged in
+            async with http.get(base + "weixin", headers={"Cookie": session}, allow_redirects=False) as response:
+                assert response.status == 200
+    finally:
+        await console.stop()
+
+
+async def test_console_makes_a_new_one_time_link_and_says_it_in_the_log(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    console = console_for(tmp_path, web_console_port=free_port())
+    assert console.new_link("telegram:7") == "The web console is not running (see bot.log for why)."
+    assert await console.start() is True
+    try:
+        first = console.access.token
+        answer = console.new_link("telegram:7")
+        assert console.access.token != first
+        assert answer == (f"Web console: {console.url()}\nThe link logs in one browser once, on the bot's machine (or "
+                          "through an SSH tunnel); it replaces any earlier link.")
+        assert f"web console: new one-time link (asked by telegram:7): {console.url()}" in caplog.messages
+        assert first in console.redactor().secrets and console.access.token in console.redactor().secrets
+    finally:
+        await console.stop()
+    with_password = console_for(tmp_path, web_console_port=free_port(), web_console_password="long-password-1")
+    assert await with_password.start() is True
+    try:
+        assert with_password.new_link("terminal:me").startswith("The web console is at http://127.0.0.1:")
+    finally:
+        await with_password.stop()

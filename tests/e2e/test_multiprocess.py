@@ -270,9 +270,10 @@ REMINDER_CHATS = 200
 REMINDER_FIRED = "fired"  # reminders/firing.py logs "session …: reminder <id> fired" once per claim
 
 
-def test_reminders_fire_exactly_once_across_three_processes_with_one_killed(tmp_path):
+def test_reminders_fire_once_across_three_processes_a_kill_repeats_at_most_one(tmp_path):
     """200 reminders due within one minute (10 at each of 20 instants, 2 s apart), three processes firing them,
-    one killed with kill -9 in the middle: each chat gets its reminder exactly once."""
+    one killed with kill -9 in the middle: each chat gets its reminder, and at most the one in flight at the
+    kill comes twice."""
     with running(tmp_path, 3) as cluster:
         api = cluster.api
         first = datetime.now(UTC) + timedelta(seconds=6)
@@ -290,8 +291,12 @@ def test_reminders_fire_exactly_once_across_three_processes_with_one_killed(tmp_
             time.sleep(0.2)
         time.sleep(3)  # a duplicate would come within the sweep interval
         texts = {i: api.chat_texts(reminder_chat(i)) for i in range(REMINDER_CHATS)}
-        wrong = {i: t for i, t in texts.items() if t != [f"⏰ Reminder: r{i}"]}
-        assert not wrong, f"{len(wrong)} chats did not get their reminder exactly once: {dict(list(wrong.items())[:5])}"
+        wrong = {i: t for i, t in texts.items() if not t or set(t) != {f"⏰ Reminder: r{i}"}}
+        assert not wrong, f"{len(wrong)} chats did not get their reminder: {dict(list(wrong.items())[:5])}"
+        # Telegram took it and the victim died before marking it: the one reminder in flight may come twice (no
+        # idempotency key closes that window; each reminder is marked before the next send starts)
+        repeats = {i: len(t) for i, t in texts.items() if len(t) > 1}
+        assert sum(n - 1 for n in repeats.values()) <= 1, f"sent again after one kill: {repeats}"
         # one claim (one journal row) per reminder; the log may miss the victim's last claim (killed before its line)
         assert asyncio.run(reminder_claims(cluster.db_url)) == (REMINDER_CHATS, REMINDER_CHATS, 0)
         fired = cluster.count_in_logs(REMINDER_FIRED)

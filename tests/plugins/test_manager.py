@@ -84,8 +84,8 @@ class Broken:
 async def test_builtins_register_their_commands_and_tools(tmp_path):
     async with PluginBot(tmp_path) as bot:
         assert [c.name for c in bot.commands.all()] == ["help", "context", "reset", "clear", "compact", "config",
-                                                        "auth", "memory", "forget", "me", "export", "usage", "remind",
-                                                        "reminders"]
+                                                        "auth", "console", "memory", "forget", "me", "export", "usage",
+                                                        "remind", "reminders"]
         assert bot.tools.names() == ["current_time", "memory_search", "memory_get", "memory_write", "web_fetch",
                                      "history_search", "schedule_message", "list_reminders", "cancel_reminder"]
         assert {n: i.enabled for n, i in bot.manager.plugins.items()} == {"commands": True, "admin": True,
@@ -93,7 +93,7 @@ async def test_builtins_register_their_commands_and_tools(tmp_path):
                                                                            "memory_commands": True, "person": True,
                                                                            "export": True, "usage": True,
                                                                            "reminders": True}
-        assert bot.manager.plugins["admin"].commands == ["config", "auth"]
+        assert bot.manager.plugins["admin"].commands == ["config", "auth", "console"]
 
 
 async def test_a_plugin_command_tool_and_hooks_work(tmp_path):

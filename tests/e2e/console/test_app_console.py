@@ -60,9 +60,14 @@ def test_the_link_is_shown_on_an_interactive_terminal(tmp_path: Path) -> None:
         try:
             screen = ANSI.sub("", expect(child, r"\?token=[A-Za-z0-9_-]{32}"))
             assert screen.endswith(f"web console: http://127.0.0.1:{port}/")  # above the prompt
+            expect(child, "you>")
+            child.send("/console\r")  # the start link is one-time: a new one on demand
+            expect(child, f"Web console: http://127.0.0.1:{port}/\\?token=")
+            expect(child, "it replaces any earlier link")
             child.sendcontrol("d")
             child.expect(pexpect.EOF, timeout=30)
         finally:
             child.close(force=True)
     log = (tmp_path / "data" / "bot.log").read_text(encoding="utf-8")
     assert f"INFO console.server: web console: http://127.0.0.1:{port}/?token=" in log
+    assert "INFO console.server: web console: new one-time link (asked by terminal:" in log

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from config.settings import KEY_HELP, KNOWN_KEYS
 from summaries.text import SUMMARY_SYSTEM_PROMPT
 from tests.console.conftest import DESKTOP, PHONE, free_port
 from tests.fakes.bot_process import BotProcess
@@ -31,6 +32,7 @@ CONSOLE_PASSWORD = "console-pass-1a2b3c4d"
 SUMMARY = "- Alice keeps bees in Lyon and plans the honey harvest for June."
 CHAT = 1001
 SESSION = f"telegram:{CHAT}"
+ADMIN_CHAT = 1003  # an admin by /auth, who asks for new console links with /console
 URL_LINE = re.compile(r"web console: (http://\S+)")
 
 
@@ -114,6 +116,19 @@ def snap(page, shots: Path, name: str) -> None:
     page.set_viewport_size(DESKTOP)
 
 
+def new_link(api: FakeTelegramAPI) -> str:
+    """A new one-time console link, asked for with /console by an admin on Telegram (an /auth first)."""
+    if not api.chat_texts(ADMIN_CHAT):
+        api.push_text(ADMIN_CHAT, f"/auth {ADMIN_PASSWORD}", user_id=ADMIN_CHAT, first_name="Dora")
+        wait_until(lambda: api.chat_texts(ADMIN_CHAT), what="the /auth answer")
+    before = len(api.chat_texts(ADMIN_CHAT))
+    api.push_text(ADMIN_CHAT, "/console", user_id=ADMIN_CHAT, first_name="Dora")
+    answer = wait_until(lambda: api.chat_texts(ADMIN_CHAT)[before:], what="the /console answer")[0]
+    match = URL_LINE.search(answer.replace("Web console:", "web console:"))
+    assert match is not None, answer
+    return match.group(1)
+
+
 def read_config(bot: BotProcess) -> dict:
     return json.loads(bot.config_path.read_text(encoding="utf-8"))
 
@@ -130,6 +145,9 @@ def test_the_start_token_opens_the_console_with_a_strict_http_only_cookie(browse
     cookie = next(c for c in page.context.cookies() if c["name"] == "console_session")
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
     snap(page, shots, "status")
+    icon = page.request.get(base + "/favicon.ico")  # what Chromium asks for on its own, with or without a cookie
+    assert icon.status == 200 and icon.headers["content-type"] == "image/x-icon"
+    assert "set-cookie" not in icon.headers
 
     stranger = browser.new_context(viewport=DESKTOP)
     other = stranger.new_page()
@@ -140,7 +158,62 @@ def test_the_start_token_opens_the_console_with_a_strict_http_only_cookie(browse
     response = other.goto(base + "/?token=not-the-token")
     assert response is not None and response.status == 403
     assert other.locator(".error").inner_text() == "Wrong token."
+    response = other.goto(url)  # the start link again, in another browser: it logged in once, and that was all
+    assert response is not None and response.status == 403
+    assert other.locator(".error").inner_text().startswith("This link no longer logs in: each link logs in one "
+                                                           "browser once")
+    snap(other, shots, "login-used-link")
+    assert other.goto(base + "/conversations") is not None and other.url.startswith(base + "/login")
     stranger.close()
+    page.goto(url)  # the admin's own browser opening it again stays logged in
+    assert page.url == base + "/" and page.locator("h1").inner_text() == "Status"
+
+
+def test_console_sends_an_admin_a_new_one_time_link(servers, bot, base):
+    api, _ = servers
+    api.push_text(ADMIN_CHAT + 1, "/console", user_id=ADMIN_CHAT + 1, first_name="Mallory")
+    assert wait_until(lambda: api.chat_texts(ADMIN_CHAT + 1), what="the refusal") == [
+        "Sorry, /console is for admins only."]
+    link = new_link(api)
+    assert link.startswith(base + "/?token=")
+    assert f"web console: new one-time link (asked by telegram:{ADMIN_CHAT}): {link}" in bot.log()
+
+
+def test_the_token_link_logs_in_every_time_despite_the_favicon_request(browser, servers, base):
+    """Chromium asks for /favicon.ico on its own while the token login's redirect lands: that request, with the
+    cookie of before the login or none, used to get a fresh session cookie that overwrote the logged-in one
+    (8-25% of logins failed). Each try logs in with a new link from /console."""
+    api, _ = servers
+    fails = []
+    for attempt in range(6):
+        link = new_link(api)
+        context = browser.new_context(viewport=DESKTOP)
+        page = context.new_page()
+        page.goto(base + "/login")  # a cookie of before the login, as a visitor who opened the console first
+        page.goto(link)
+        page.wait_for_load_state("networkidle")  # the favicon request has been answered
+        page.goto(base + "/conversations")
+        if page.locator("h1").inner_text() != "Conversations":
+            fails.append(attempt)
+        context.close()
+    assert fails == []
+
+
+def test_a_link_from_another_site_does_not_log_the_admin_out(admin, base, shots):
+    """A page of another site linking to the console: the click comes without the session cookie (SameSite=Strict),
+    so it shows the login form; it must not replace the admin's cookie."""
+    page = admin
+    before = next(c["value"] for c in page.context.cookies() if c["name"] == "console_session")
+    page.route("http://elsewhere.example/", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=f'<a id="go" href="{base}/conversations">the console</a>'))
+    page.goto("http://elsewhere.example/")
+    page.click("#go")
+    assert page.url.startswith(base + "/login")  # the cookie was not sent: not logged in for this one request
+    page.unroute("http://elsewhere.example/")
+    after = next(c["value"] for c in page.context.cookies() if c["name"] == "console_session")
+    assert after == before
+    page.goto(base + "/conversations")  # typed in or a bookmark: logged in as before
+    assert page.locator("h1").inner_text() == "Conversations"
 
 
 def test_a_form_posted_without_its_csrf_token_is_refused(admin, bot, base):
@@ -177,6 +250,10 @@ def test_agent_max_context_turns_from_the_form_is_used_by_the_next_turn(servers,
     page = admin
     page.goto(base + "/config")
     snap(page, shots, "config")
+    assert page.locator("#k-channel_type").input_value() == "telegram"  # a string bare, not "\"telegram\""
+    assert page.locator("#k-vision").input_value() == "auto"
+    assert page.locator("#help-agent_max_context_turns").inner_text() == KEY_HELP["agent_max_context_turns"]
+    assert page.locator("form.config small.help").count() == len(KNOWN_KEYS)  # help for every key
     page.fill("#k-agent_max_context_turns", "2")
     page.click("form.config button[type=submit]")
     assert page.locator(".notice").inner_text() == "Saved: agent_max_context_turns."
@@ -293,7 +370,10 @@ def test_notes_are_edited_within_their_cap(admin, bot, base, shots):
     page = admin
     page.goto(base + "/memory")
     snap(page, shots, "memory")
-    page.locator("table.list tr", has_text=SESSION).locator("text=Edit notes").click()
+    row = page.locator("table.list tr", has_text=SESSION)
+    assert row.locator("td").first.inner_text().splitlines() == ["Alice", SESSION]  # the person first, the id below
+    row.locator("text=Edit notes").click()
+    assert page.locator("h1").inner_text() == f"MEMORY.md of Alice ({SESSION})"
     too_long = "- " + "x" * 8100
     page.fill("#text", too_long)
     page.click("form.stack button[type=submit]")
@@ -355,10 +435,10 @@ def test_the_usage_page_shows_todays_tokens_by_model_and_purpose_and_the_cache_s
     snap(page, shots, "usage")
 
 
-def test_everything_but_the_live_log_works_without_javascript(browser, bot, base):
+def test_everything_but_the_live_log_works_without_javascript(browser, servers, bot, base):
     context = browser.new_context(viewport=DESKTOP, java_script_enabled=False)
     page = context.new_page()
-    page.goto(console_url(bot))
+    page.goto(new_link(servers[0]))
     assert page.locator("h1").inner_text() == "Status"
     page.goto(base + "/config")
     page.fill("#k-group_context_messages", "10")

@@ -30,6 +30,7 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "/compact — summarise all but the last exchange now, to free up context",
             "/config — show settings; /config <key> <value> changes one (admins)",
             "/auth — /auth <password> makes you an admin (private chat)",
+            "/console — a new one-time link to the web console (admins, private chat)",
             "/memory — this conversation's memory; /memory rebuild re-indexes it (admins)",
             "/forget — delete this conversation's history and memory for good (asks first)",
             "/me — what I keep about you across your chats; /me forget <n> or /me forget all deletes (private chat)",

@@ -4,6 +4,7 @@ set in, noted in the history, a daily one on two consecutive days, late after an
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -160,3 +161,43 @@ async def test_a_crash_between_claim_and_send_loses_nothing_and_sends_once(tmp_p
             stored = await again.store.load_messages(SID)
             assert [m.message["content"] for m in stored].count("⏰ Reminder: feed the cat") == 1
             assert await again.store.pending_incoming() == []
+
+
+async def test_a_number_too_big_for_a_date_is_too_far_ahead_not_a_failure(tmp_path):
+    with time_machine.travel(berlin(2026, 3, 28, 8, 0), tick=False):
+        async with PluginBot(tmp_path, timezone="Europe/Berlin") as bot:
+            for when in ("in 99999999999999999999 days", "in 999999999999 minutes", "in 3000000 days",
+                         "every 99999999999999999999 days", "in " + "9" * 5000 + " days"):
+                assert await bot.say(f"/remind {when} x") == "that is too far ahead (at most 5 years)", when
+            assert await Reminders(bot.store).pending(SID) == []
+
+
+async def test_each_reminder_is_marked_sent_before_the_next_send_starts(tmp_path):
+    """Reminders of several chats fall due at once. Each send that the platform accepted and that is not yet marked
+    is sent again by the process that takes over after a kill -9, so only one may be in that state at a time: the
+    next send starts once the previous reminder's journal row is marked done."""
+    with time_machine.travel(berlin(2026, 3, 28, 8, 0), tick=False) as clock:
+        async with PluginBot(tmp_path, timezone="Europe/Berlin") as bot:
+            chats = [str(100 + n) for n in range(4)]
+            for chat in chats:
+                await bot.say(f"/remind at 8:30 call {chat}", chat_id=chat, user_id=chat)
+            started: list[str] = []
+            unmarked_at_send: list[int] = []
+            send = bot.channel.send
+
+            async def platform(to, text):  # sends started earlier whose reminder is not marked yet
+                if text.startswith("⏰"):
+                    unmarked = set((await bot.store.pending_replies()).values())
+                    unmarked_at_send.append(sum(1 for t in started if t in unmarked))
+                    started.append(text)
+                    await asyncio.sleep(0.01)  # the platform's round trip: other sessions' workers run meanwhile
+                await send(to, text)
+
+            bot.channel.send = platform
+            clock.move_to(berlin(2026, 3, 28, 8, 30, 1))
+            job = firing(bot)
+            assert await fire(bot, job, berlin(2026, 3, 28, 8, 30, 1)) != []
+            assert sorted(t for t in bot.channel.texts() if t.startswith("⏰")) == [f"⏰ Reminder: call {c}"
+                                                                                  for c in chats]
+            assert unmarked_at_send == [0, 0, 0, 0]  # no earlier reminder in flight or unmarked when a send starts
+            assert await bot.store.pending_incoming() == []
