@@ -132,7 +132,8 @@ class SessionState:
             return True
         started = time.monotonic()
         try:
-            await asyncio.wait_for(asyncio.shield(ready), wait)
+            async with asyncio.timeout(wait):  # not wait_for: it can swallow the turn's cancel (a stop)
+                await asyncio.shield(ready)
         except TimeoutError:
             logger.warning("session %s: the summary of the restored history is not ready after %.0f s; "
                            "answering without it", self.session_id, wait)

@@ -213,7 +213,8 @@ async def probe_model_endpoint(cfg: Config, wait: float = 3.0) -> str | None:
         return None
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        _reader, writer = await asyncio.wait_for(asyncio.open_connection(parsed.hostname, port), wait)
+        async with asyncio.timeout(wait):  # not wait_for: it can swallow a cancel, and leak the connection
+            _reader, writer = await asyncio.open_connection(parsed.hostname, port)
     except ConnectionRefusedError:
         return endpoint_refused_hint(cfg.open_ai_api_base)
     except socket.gaierror:

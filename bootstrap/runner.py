@@ -309,8 +309,7 @@ class App:
                 "they resume at the next start")
         if services.plugins is not None:  # e.g. the memory index stores what the last summaries wrote
             try:
-                await self._wait_or_stop_now("", asyncio.wait_for(services.plugins.stopping(), PLUGIN_GRACE_SECONDS),
-                                             None, "")
+                await self._wait_or_stop_now("", _within(PLUGIN_GRACE_SECONDS, services.plugins.stopping()), None, "")
             except TimeoutError:
                 logger.warning("the plugins' last work did not finish within %.0f s (the memory index: an admin's "
                                "/memory rebuild indexes what is missing)", PLUGIN_GRACE_SECONDS)
@@ -321,6 +320,13 @@ class App:
         await services.locks.close()
         await services.store.close()
         logger.info("stopped")
+
+
+async def _within(seconds: float, work: Awaitable[Any]) -> Any:
+    """``work``'s result, or TimeoutError after ``seconds`` (``asyncio.wait_for`` in Python 3.11 can swallow a
+    cancellation, here a second Ctrl-C, that meets the end of the work)."""
+    async with asyncio.timeout(seconds):
+        return await work
 
 
 def _as_async(func: Callable[[], object]) -> Callable[[], Awaitable[None]]:

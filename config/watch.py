@@ -71,7 +71,8 @@ class ConfigWatcher:
         assert self._stop is not None
         self._stop.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=self.tick_ms / 1000 + 2)
+            async with asyncio.timeout(self.tick_ms / 1000 + 2):  # not wait_for: it can swallow our cancel
+                await asyncio.shield(self._task)
         except TimeoutError:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -106,7 +106,8 @@ async def keep_typing(channel: BaseChannel | None, msg: IncomingMessage,
             await asyncio.sleep(TYPING_INTERVAL)
             continue
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(streamed.idle.wait(), TYPING_INTERVAL)
+            async with asyncio.timeout(TYPING_INTERVAL):  # not wait_for: it can swallow the turn's cancel
+                await streamed.idle.wait()
         streamed.idle.clear()
 
 

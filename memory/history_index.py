@@ -213,8 +213,11 @@ class HistoryIndex:
                                  RETRY_SECONDS)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that meets the end of
+            # the wait (a stop just as a reply's wake-up comes), and stop() then waited for this loop for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), IDLE_SECONDS)
+                async with asyncio.timeout(IDLE_SECONDS):
+                    await wake.wait()
             wake.clear()
 
     # --- the search -----------------------------------------------------------------------------------

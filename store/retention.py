@@ -163,7 +163,8 @@ class CleanupJob:
         if task is None or task.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(task), grace)
+            async with asyncio.timeout(grace):  # not wait_for: it can swallow our own cancel
+                await asyncio.shield(task)
         except TimeoutError:
             logger.warning("Cleanup did not stop within %.1f s; cancelling it", grace)
             task.cancel()

@@ -115,7 +115,8 @@ class TelegramReplyStream(ReplyStream):
                             break
                         self._wake.clear()
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), left)
+                            async with asyncio.timeout(left):
+                                await self._wake.wait()
                     self.channel.edit_slot(self.chat_id, self.to.is_group)  # a send counts toward the pace
                 else:
                     await asyncio.sleep(self.channel.edit_slot(self.chat_id, self.to.is_group))
@@ -132,9 +133,10 @@ class TelegramReplyStream(ReplyStream):
         """Stop the pump between two of its calls, never in the middle of one.
 
         It is cancelled while this holds the lock (so it is not inside a call), and awaited after the
-        lock is released: a pump whose cancellation was swallowed (``asyncio.wait_for`` in Python 3.11
-        can swallow one that races its timeout) then takes the lock, sees ``_closed`` and returns,
-        instead of waiting for a lock its awaiter holds.
+        lock is released: a pump whose cancellation was swallowed all the same (the pump's waits use
+        ``asyncio.timeout``, since ``asyncio.wait_for`` in Python 3.11 swallows one that meets the end of
+        its wait) would then take the lock, see ``_closed`` and return, instead of waiting for a lock its
+        awaiter holds.
         """
         self._closed = True
         pump, self._pump = self._pump, None

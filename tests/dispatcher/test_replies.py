@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -17,7 +18,17 @@ from core.errors import (
     QuotaLLMError,
     TransientLLMError,
 )
-from dispatcher.replies import AUTH_REPLY, ERROR_REPLY, QUOTA_REPLY, TRANSIENT_REPLY, error_reply
+from core.messages import IncomingMessage, ReplyStream
+from dispatcher.replies import (
+    AUTH_REPLY,
+    ERROR_REPLY,
+    QUOTA_REPLY,
+    TRANSIENT_REPLY,
+    StreamedReply,
+    error_reply,
+    keep_typing,
+)
+from tests.fakes.channel import RecordingChannel
 
 CFG = Config(model="qwen2.5:7b", open_ai_api_base="http://127.0.0.1:11434/v1")
 
@@ -49,3 +60,50 @@ def test_quota_tells_the_log_the_account_needs_attention(caplog):
     with caplog.at_level(logging.ERROR):
         error_reply("telegram:1", QuotaLLMError("Insufficient Balance", status=402), CFG)
     assert "account needs attention" in caplog.text
+
+
+class _Stream(ReplyStream):
+    """A reply stream that shows nothing."""
+
+    async def push(self, text: str) -> None:
+        """Nothing to show."""
+
+    async def finish(self, text: str) -> None:
+        """Nothing to show."""
+
+    async def discard(self) -> None:
+        """Nothing to show."""
+
+
+class _TypingChannel(RecordingChannel):
+    """Tells the test of each "typing…" it shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.typed = asyncio.Event()
+
+    async def typing(self, to: IncomingMessage) -> None:
+        await super().typing(to)
+        self.typed.set()
+
+
+async def test_typing_stops_when_its_turn_ends_as_the_answer_goes_idle():
+    """Issue 40 §1, the same lost stop as the history indexer's: ``keep_typing`` idled in ``asyncio.wait_for``,
+    which on Python 3.11 swallows a cancellation that meets the end of the inner wait. A turn that ended just as
+    its streamed answer went idle (tool calls) left "typing…" in the chat every few seconds, for ever."""
+    channel = _TypingChannel()
+    streamed = StreamedReply(_Stream())
+    typing = asyncio.create_task(keep_typing(channel, channel.message("hi"), streamed))
+    await channel.typed.wait()  # shown; it now waits (same step) for the answer to go idle
+    channel.typed.clear()
+    streamed.idle.set()  # the answer stops streaming for tool calls…
+    typing.cancel()  # …and the turn ends at that moment
+    typed_again = asyncio.ensure_future(channel.typed.wait())
+    await asyncio.wait({typing, typed_again}, return_when=asyncio.FIRST_COMPLETED)
+    typed_again.cancel()
+    swallowed = channel.typed.is_set()
+    if swallowed:  # cancel it again, so that the test ends
+        typing.cancel()
+    await asyncio.gather(typing, return_exceptions=True)
+    assert not swallowed, "the cancellation was swallowed: typing went on"
+    assert typing.cancelled() and channel.typing_calls == 1

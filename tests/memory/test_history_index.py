@@ -275,3 +275,45 @@ async def test_the_indexer_ends_quietly_when_the_store_is_closed_under_it(db_url
             await asyncio.sleep(0.01)
     assert index._task is not None and index._task.done() and index._task.exception() is None
     assert not caplog.records
+
+
+async def test_a_stop_that_meets_a_wake_up_still_stops_the_indexer(store) -> None:
+    """Issue 40 §1 (the plugin tests' hang at teardown): the indexer idled in ``asyncio.wait_for(wake.wait(), …)``,
+    which on Python 3.11 returns the inner wait's result instead of raising when its task is cancelled just after
+    that wait finished. A stop that came while a reply's wake-up was being delivered was lost: the indexer went on
+    idling, ``IDLE_SECONDS`` at a time, and ``stop()`` waited for it for ever."""
+    import asyncio
+
+    class Watched(HistoryIndex):
+        """The indexer, telling the test when it has caught up (it goes idle in the same step) and whether it
+        caught up again after the stop."""
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.caught_up = asyncio.Event()
+            self.stopped = False
+            self.ran_after_stop = asyncio.Event()
+
+        async def catch_up(self) -> int:
+            if self.stopped:
+                self.ran_after_stop.set()
+            done = await super().catch_up()
+            self.caught_up.set()
+            return done
+
+    index = Watched(store, TopicEmbedder())
+    index.wake()  # a reply: starts the indexer, and its wake-up is set already when it next goes idle
+    await index.caught_up.wait()  # idle now: that wake-up is being delivered while the stop comes
+    index.stopped = True
+    task = index._task
+    assert task is not None
+    stop = asyncio.ensure_future(index.stop())
+    ran_again = asyncio.ensure_future(index.ran_after_stop.wait())
+    await asyncio.wait({stop, ran_again}, return_when=asyncio.FIRST_COMPLETED)
+    ran_again.cancel()
+    swallowed = index.ran_after_stop.is_set()
+    if swallowed:  # cancel it again, mid catch-up this time, so that the test ends
+        task.cancel()
+    await stop
+    assert not swallowed, "the stop was swallowed: the indexer ran on"
+    assert task.cancelled()
