@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 
 from config.settings import (
     DEFAULT_API_BASE,
-    SECRET_KEYS,
     Config,
     endpoint_refused_hint,
     endpoint_unresolved_hint,
+    secret_values,
 )
 
 logger = logging.getLogger("app")
@@ -44,7 +44,7 @@ class Redactor:
 
     def update(self, cfg: Config) -> None:
         """Take the secrets of ``cfg`` (called again after every config change)."""
-        values = {getattr(cfg, key) for key in SECRET_KEYS} | {_db_password(cfg.db_url)}
+        values = secret_values(cfg) | {_db_password(cfg.db_url)}
         # longest first, so a secret containing another is masked whole
         self.secrets = sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True)
 

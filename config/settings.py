@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import config.cowagent
+from config.mcp_servers import McpServerConfig, check_servers, mask_servers, server_secrets, unmask_servers
 from core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,8 @@ class Config(BaseModel):
     usage_cap_group_daily_tokens: int = Field(0, ge=0)
     usage_cap_daily_tokens: int = Field(0, ge=0)
     usage_fallback_model: str = ""
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    tools_window_share: float = Field(0.15, gt=0, le=1)
 
     @field_validator("channel_type")
     @classmethod
@@ -158,6 +161,16 @@ class Config(BaseModel):
 
         check_channel_names([value] if isinstance(value, str) else value)
         return value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _mcp_servers(cls, value: Any) -> dict[str, McpServerConfig]:
+        return check_servers(value)
+
+    @field_validator("tools_window_share", mode="before")
+    @classmethod
+    def _share_number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("timezone")
     @classmethod
@@ -249,6 +262,8 @@ def describe_error(exc: ValidationError) -> str:
         tail = f"; did you mean {hint}?" if hint else ""
         return f"unknown config key {key!r}{tail}"
     where = key if key != "plugins" else ".".join(loc[:2])
+    if key == "mcp_servers":  # its validator names the server and the key at fault
+        return f"invalid value for 'mcp_servers': {str(err.get('msg', 'invalid value')).removeprefix('Value error, ')}"
     expected = _expected_type(key)
     msg = err.get("msg", "invalid value")
     return f"invalid value for {where!r}: {msg} (expected {expected})"
@@ -260,6 +275,8 @@ _EXPECTED = {
     "plugins": "an object of per-plugin objects",
     "timezone": 'an IANA zone name such as "Europe/Berlin", or ""',
     "admin_users": 'a list of "<channel>:<user id>" strings',
+    "mcp_servers": 'an object of named servers, each {"command": …} or {"url": …}',
+    "tools_window_share": "a number above 0, at most 1",
 }
 
 
@@ -388,6 +405,34 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
 PASSWORD_KEYS = frozenset({"admin_password", "web_console_password"})
 #: A key shorter than this is shown only as set: its last 4 characters would be too large a part of it.
 MIN_SHOWN_KEY_CHARS = 16
+
+
+#: Keys whose values hold secrets inside them (DESIGN §1.2: ``mcp_servers``' ``env`` and ``headers``).
+NESTED_SECRET_KEYS = frozenset({"mcp_servers"})
+
+
+def secret_values(cfg: Config) -> set[str]:
+    """Every secret value in force: the secret keys' and the nested ones (for the log redactor)."""
+    return {getattr(cfg, key) for key in SECRET_KEYS} | server_secrets(cfg.mcp_servers)
+
+
+def masked(key: str, value: Any) -> Any:
+    """A setting's value with its nested secrets masked (the value itself for other keys)."""
+    if key == "mcp_servers" and isinstance(value, dict):
+        return mask_servers(value, mask_nested)
+    return value
+
+
+def mask_nested(value: str) -> str:
+    """How a nested secret (an ``env`` or ``headers`` value of ``mcp_servers``) is shown."""
+    return mask_secret("mcp_servers", value) if isinstance(value, str) else "set"
+
+
+def unmasked(key: str, value: Any, current: Any) -> Any:
+    """A value edited from its :func:`masked` form, with each untouched masked secret put back from ``current``."""
+    if key == "mcp_servers" and isinstance(current, dict):
+        return unmask_servers(value, current, mask_nested)
+    return value
 
 
 def mask_secret(key: str, value: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from config.settings import SECRET_KEYS
+from config.settings import NESTED_SECRET_KEYS, SECRET_KEYS
 from core.messages import IncomingMessage
 from core.records import SessionInfo
 
@@ -54,7 +54,7 @@ def secret_free(command: CommandObject) -> str | None:
         return f"/{command.command}"  # never store a password
     if command.command == "config":
         argv = command.argv
-        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS:
+        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS | NESTED_SECRET_KEYS:
             # /config refuses to set a secret, but the value was typed into the chat: never store it.
             return f"/config {argv[0]} ***"
     return None
