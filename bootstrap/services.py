@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the parts' modules import each other's packages; the types 
     from core.llm import BaseLLM
     from dispatcher.admins import Admins
     from dispatcher.commands import CommandRegistry
+    from mcp_tools.manager import McpManager
     from memory.daily import DailyMemory
     from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
@@ -64,3 +65,5 @@ class Services:
     caps: UsageCaps | None = None
     #: the vectors of every stored turn for ``history_search``, made by the ``memory_index`` plugin (None while off)
     history_index: HistoryIndex | None = None
+    #: the MCP servers of ``mcp_servers`` and their tools (DESIGN §13); None in tests that run without them
+    mcp: McpManager | None = None
