@@ -10,6 +10,7 @@ relevant to the message when their schemas would take too much of the window, wi
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ def install(config: ConfigHolder, admins: Admins, tools: ToolRegistry) -> McpMan
     from mcp_tools.manager import McpManager
     from mcp_tools.selection import McpToolSelector, embedder_for
 
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's INFO lines (session ids) are chatter
     manager = McpManager(config, admins, log_dir=config().data_path() / "mcp")
     tools.selector = McpToolSelector(manager, config, embedder_for(config))
     return manager

@@ -46,15 +46,24 @@ def block_text(block: Any) -> str:
     return json.dumps(block.model_dump(mode="json", exclude_none=True), ensure_ascii=False)
 
 
+def _same(structured: dict[str, Any], text: str) -> bool:
+    """Whether a text block already says what the structured content says (servers send both, DESIGN §13 asks
+    for it once): the same JSON, or the ``{"result": …}`` wrapper of a plain return value."""
+    wrapped = structured.get("result") if len(structured) == 1 else None
+    if wrapped is not None and str(wrapped) == text:
+        return True
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    return parsed == structured or (wrapped is not None and parsed == wrapped)
+
+
 def result_text(result: types.CallToolResult) -> str:
     """The whole result as text; an error result starts with ``Error:`` so the model knows the call failed."""
     parts = [block_text(block) for block in result.content]
     structured = result.structured_content
-    if structured is not None:
-        dumped = json.dumps(structured, ensure_ascii=False)
-        # FastMCP sends a function's return value both as text and as {"result": …}: say it once
-        if not any(dumped == p or json.dumps(structured.get("result"), ensure_ascii=False) == p
-                   or str(structured.get("result")) == p for p in parts):
-            parts.append(dumped)
+    if structured is not None and not any(_same(structured, p) for p in parts):
+        parts.append(json.dumps(structured, ensure_ascii=False))
     text = "\n".join(p for p in parts if p) or "(no output)"
     return f"Error: {text}" if result.is_error else text

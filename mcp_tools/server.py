@@ -139,9 +139,12 @@ class McpServer:
         self._down.clear()
         self._changed.clear()
         async with contextlib.AsyncExitStack() as stack:
+            # the transports connect lazily (stdio spawns, HTTP sends nothing yet, SSE has its own timeout):
+            # the server's timeout bounds its answers, not entering these contexts (a cancel scope around them
+            # would outlive its block)
+            read, write = await stack.enter_async_context(self._transport(stack))
+            session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._notice))
             with anyio.fail_after(self.config.timeout_seconds):
-                read, write = await stack.enter_async_context(self._transport(stack))
-                session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._notice))
                 await session.initialize()
                 listed = await self._list(session)
             self._session = session
@@ -271,6 +274,8 @@ def describe(exc: BaseException) -> str:
     """One line for a failure (the first leaf of an exception group)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    if isinstance(exc, ServerDown):
+        return str(exc)
     if isinstance(exc, TimeoutError):
         return "no answer within its timeout_seconds"
     if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
