@@ -42,7 +42,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 NAV = [("/", "Status"), ("/conversations", "Conversations"), ("/memory", "Memory"), ("/config", "Config"),
-       ("/logs", "Logs"), ("/usage", "Usage"), ("/reminders", "Reminders"), ("/weixin", "WeChat login")]
+       ("/logs", "Logs"), ("/usage", "Usage"), ("/tools", "Tools"), ("/reminders", "Reminders"),
+       ("/weixin", "WeChat login")]
 
 
 class WebConsole:
@@ -138,12 +139,12 @@ class WebConsole:
     # --- the aiohttp application -------------------------------------------------------------
     def make_app(self) -> web.Application:
         """The aiohttp application with every page."""
-        from console import config_page, conversations, logs, memory_page, pages, usage_page
+        from console import config_page, conversations, logs, memory_page, pages, tools_page, usage_page
 
         app = web.Application(middlewares=[self._gate], client_max_size=1024 * 1024)
         app[CONSOLE] = self
         app.router.add_static("/static/", HERE / "static", name="static", append_version=True)
-        for module in (pages, conversations, memory_page, config_page, logs, usage_page):
+        for module in (pages, conversations, memory_page, config_page, logs, usage_page, tools_page):
             module.add_routes(app.router)
         return app
 

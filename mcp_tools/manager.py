@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,8 @@ class McpManager:
         self._running = False
         self._apply_lock = asyncio.Lock()
         self._pending: set[asyncio.Task[None]] = set()
+        #: called (on the event loop) after a server's tools changed
+        self.listeners: list[Callable[[], None]] = []
         config.on_change(self._config_changed)
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -112,6 +115,15 @@ class McpManager:
     def _changed(self) -> None:
         self.version += 1
         self._tools.clear()
+        for listener in self.listeners:
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a listener must not stop a server's task
+                logger.exception("a listener of the MCP tools failed")
+
+    def all_tools(self) -> list[Tool]:
+        """Every running server's tools, whoever may use them."""
+        return [t for server in self.servers.values() if server.tools for t in self._server_tools(server)]
 
     # --- what a chat may use ----------------------------------------------------------------------
     def may_use(self, server: McpServer, info: SessionInfo | None, message: IncomingMessage | None = None) -> bool:

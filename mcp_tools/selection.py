@@ -13,6 +13,7 @@ still within the share (the least relevant offered tools make room).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -37,12 +38,49 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 class Ranker:
-    """Orders tools by relevance to a text: embedding similarity, or shared words without an embedder."""
+    """Orders tools by relevance to a text: embedding similarity, or shared words while there is no embedder or
+    the tools' vectors are still being computed (:meth:`warm` computes them in the background, so no turn waits
+    for a hundred descriptions to be embedded)."""
 
     def __init__(self, embedder: Callable[[], BaseEmbedder | None]) -> None:
         self._embedder = embedder
         self._vectors: dict[str, np.ndarray] = {}
         self._failed = False
+        self._warming: asyncio.Task[None] | None = None
+        self._wanted: list[str] = []
+
+    def warm(self, tools: list[Tool]) -> None:
+        """Compute the vectors of ``tools``' names and descriptions in the background."""
+        self._wanted = [_about(t) for t in tools]
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.get_running_loop().create_task(self._warm(), name="tool vectors")
+
+    async def warmed(self) -> None:
+        """Wait until the background computation is done."""
+        while self._warming is not None and not self._warming.done():
+            await asyncio.shield(self._warming)
+
+    async def _warm(self) -> None:
+        embedder = None if self._failed else self._embedder()
+        while embedder is not None:
+            missing = [a for a in dict.fromkeys(self._wanted) if a not in self._vectors]
+            if not missing:
+                return
+            try:
+                vectors = await embedder.embed(missing)
+            except Exception:  # noqa: BLE001 - ranking by words is the fallback; the chat goes on
+                logger.warning("embedding the tools' descriptions failed; they are ranked by shared words",
+                               exc_info=True)
+                self._failed = True
+                return
+            if len(self._vectors) > 4096:
+                self._vectors.clear()
+            self._vectors.update(zip(missing, vectors, strict=True))
+
+    def stop(self) -> None:
+        """Stop a background computation."""
+        if self._warming is not None:
+            self._warming.cancel()
 
     async def rank(self, tools: list[Tool], text: str) -> list[Tool]:
         """``tools``, most relevant to ``text`` first (stable for ties)."""
@@ -58,13 +96,10 @@ class Ranker:
         embedder = None if self._failed else self._embedder()
         if embedder is None:
             return None
+        if any(_about(t) not in self._vectors for t in tools):
+            self.warm(tools)  # this turn ranks by words; the next ones by meaning
+            return None
         try:
-            missing = [_about(t) for t in tools if _about(t) not in self._vectors]
-            if missing:
-                if len(self._vectors) > 4096:
-                    self._vectors.clear()
-                for about, vector in zip(missing, await embedder.embed(missing), strict=True):
-                    self._vectors[about] = vector
             query = await embedder.embed_query(text[:2000])
         except Exception:  # noqa: BLE001 - ranking by words is the fallback; the turn goes on
             logger.warning("ranking tools with the embedding model failed; ranking by shared words instead",
@@ -152,6 +187,13 @@ class McpToolSelector:
         self.config = config
         self.ranker = Ranker(embedder)
         self._costs: dict[tuple[str, str], int] = {}
+        manager.listeners.append(self._tools_changed)
+
+    def _tools_changed(self) -> None:
+        """A server's tools changed: their vectors are computed now, before a turn needs them."""
+        tools = self.manager.all_tools()
+        if tools:
+            self.ranker.warm(tools)
 
     async def select(self, registry: ToolRegistry, query: ToolQuery) -> ToolSet:
         """The tools this turn offers (every one while they fit in ``tools_window_share`` of the window)."""

@@ -51,6 +51,7 @@ SUBJECTS = [
     "file renaming", "disk usage", "CPU temperature", "wifi speed", "printer status", "battery health",
     "screen brightness", "keyboard layouts", "font pairing", "emoji search", "unit conversion of lengths",
     "time zones of cities", "country capitals", "population statistics", "flag descriptions",
+    "volcano activity", "lottery results", "concert tickets", "hotel availability",
 ]
 
 
