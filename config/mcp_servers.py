@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 #: A server's name becomes the prefix of its tools' names (``<server>__<tool>``), which the OpenAI API
 #: limits to ``[a-zA-Z0-9_-]{1,64}``.
@@ -113,11 +113,8 @@ def check_servers(value: dict[str, Any]) -> dict[str, McpServerConfig]:
             raise ValueError(f"server {name!r}: expected an object")
         try:
             out[name] = McpServerConfig.model_validate(entry)
-        except Exception as exc:  # pydantic's ValidationError: one line naming the key
-            errors = getattr(exc, "errors", None)
-            if not callable(errors):
-                raise
-            err = errors()[0]
+        except ValidationError as exc:  # one line naming the key
+            err = exc.errors()[0]
             loc = ".".join(str(p) for p in err.get("loc", ()))
             if err.get("type") == "extra_forbidden":
                 import difflib
@@ -136,7 +133,7 @@ def server_secrets(servers: dict[str, McpServerConfig]) -> set[str]:
     found: set[str] = set()
     for entry in servers.values():
         for key in SECRET_FIELDS:
-            for value in getattr(entry, key).values():
+            for value in (entry.env if key == "env" else entry.headers).values():
                 found.add(value)
                 # "Bearer <token>": the token alone may be logged by a library too
                 head, _, tail = value.partition(" ")

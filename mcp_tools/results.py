@@ -39,10 +39,9 @@ def block_text(block: Any) -> str:
         return "".join(parts) + "]"
     if isinstance(block, types.EmbeddedResource):
         resource = block.resource
-        text = getattr(resource, "text", None)
-        if isinstance(text, str):
-            return f"[resource {resource.uri}]\n{text}"
-        return _image_note(f"resource {resource.uri}", resource.mime_type or "", getattr(resource, "blob", ""))
+        if isinstance(resource, types.TextResourceContents):
+            return f"[resource {resource.uri}]\n{resource.text}"
+        return _image_note(f"resource {resource.uri}", resource.mime_type or "", resource.blob)
     return json.dumps(block.model_dump(mode="json", exclude_none=True), ensure_ascii=False)
 
 
