@@ -5,8 +5,6 @@ the FastMCP fake of tests/fakes/mcp_server.py over stdio and over Streamable HTT
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,8 +13,8 @@ import pytest
 
 from agent.tokens import TokenCounters
 from tests.e2e.test_telegram import settings, wait_chat
-from tests.fakes.bot_process import ROOT, BotProcess, clean_env
-from tests.fakes.cluster import free_port
+from tests.fakes.bot_process import ROOT, BotProcess
+from tests.fakes.mcp_server import serve_http
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -26,21 +24,8 @@ HEADER_SECRET = "mcp-header-secret-b6d1e0a9c3f5"
 
 
 def http_server(*args: str):
-    """The fake MCP server over Streamable HTTP in its own process; its URL once it listens."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_server", "--http", str(port), *args], cwd=ROOT,
-                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("the fake MCP HTTP server did not start") from None
-            time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{port}/mcp"
+    """The fake MCP server over Streamable HTTP in its own process, and its URL."""
+    return serve_http(*args)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """A real MCP server written with the SDK's ``MCPServer`` (FastMCP), for the MCP tools' tests.
 
-Run as ``python -m tests.fakes.mcp_server [--http PORT] [--exit-at-start] [--many N]``: over stdio by default,
-over Streamable HTTP at ``http://127.0.0.1:PORT/mcp`` with ``--http``. Its tools:
+Run as ``python -m tests.fakes.mcp_server [--http PORT | --sse PORT] [--exit-at-start] [--many N]``: over stdio
+by default, over Streamable HTTP at ``http://127.0.0.1:PORT/mcp`` with ``--http``, over the older SSE transport at
+``http://127.0.0.1:PORT/sse`` with ``--sse``. :func:`serve_http` runs it so for a test. Its tools:
 
 - ``echo(text)``: ``echo: <text>``;
 - ``add(a, b)``: the sum, as structured content too;
@@ -129,6 +130,7 @@ def build(many: int = 0) -> MCPServer:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=0)
+    parser.add_argument("--sse", type=int, default=0)
     parser.add_argument("--exit-at-start", action="store_true")
     parser.add_argument("--many", type=int, default=0)
     args = parser.parse_args()
@@ -137,9 +139,37 @@ def main() -> None:
     server = build(args.many)
     if args.http:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse:
+        server.run("sse", host="127.0.0.1", port=args.sse)
     else:
         server.run()
 
 
 if __name__ == "__main__":
     main()
+
+
+def serve_http(*args: str, sse: bool = False):
+    """Run the server over HTTP in its own process; return ``(process, url)`` once it listens."""
+    import socket
+    import subprocess
+    import time
+    from pathlib import Path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_server", "--sse" if sse else "--http", str(port),
+                             *args], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("the fake MCP server did not start listening") from None
+            time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port}/{'sse' if sse else 'mcp'}"

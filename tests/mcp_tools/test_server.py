@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
+
 from config.mcp_servers import McpServerConfig
 from core.retry import RetryPolicy
 from mcp_tools.server import FAILED, RUNNING, STARTING, McpServer
+from tests.fakes.mcp_server import serve_http
 from tests.mcp_tools.conftest import fake_stdio, until
 
 QUICK = RetryPolicy(attempts=None, first=0.05, cap=0.2, jitter=False)
@@ -103,3 +106,22 @@ async def test_the_published_time_server_started_as_a_user_would() -> None:
         assert '"time_difference": "+8.0h"' in text or '"time_difference": "+7.0h"' in text
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["streamable http", "sse"])
+async def test_a_server_over_http_with_headers(sse) -> None:
+    proc, url = serve_http(sse=sse)
+    try:
+        cfg = McpServerConfig.model_validate({"url": url, "headers": {"Authorization": "Bearer t0ken-for-the-test"},
+                                              **({"transport": "sse"} if sse else {}), "timeout_seconds": 10})
+        server = McpServer("web", cfg)
+        server.start()
+        try:
+            await server.started()
+            assert server.state == RUNNING and len(server.tools) == 8
+            assert await server.call("add", {"a": 1, "b": 2}) == '{\n  "sum": 3\n}'
+        finally:
+            await server.stop()
+    finally:
+        proc.terminate()
+        proc.wait(10)
