@@ -194,6 +194,8 @@ class McpToolSelector:
         tools = self.manager.all_tools()
         if tools:
             self.ranker.warm(tools)
+        else:  # stopped, or every server down: nothing to compute
+            self.ranker.stop()
 
     async def select(self, registry: ToolRegistry, query: ToolQuery) -> ToolSet:
         """The tools this turn offers (every one while they fit in ``tools_window_share`` of the window)."""
@@ -213,7 +215,7 @@ class McpToolSelector:
                 known = self._costs[key] = query.count(json.dumps(tool.schema()))
             return known
 
-        if budget <= 0 or query.count(json.dumps([t.schema() for t in tools])) <= budget:
+        if budget <= 0 or sum(cost(t) for t in tools) <= budget:  # each tool's schema counted once
             return ToolSet(tools)
         keep = {FIND_TOOLS} | {t.name for t in tools if t.name in query.used}
         chosen = [FIND_TOOLS_TOOL] + [t for t in tools if t.name in keep]
