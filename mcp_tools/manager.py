@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import re
 from collections.abc import Callable
@@ -23,11 +24,12 @@ from config.mcp_servers import McpServerConfig
 from core.messages import IncomingMessage
 from core.records import SessionInfo
 from core.retry import RetryPolicy
-from mcp_tools.server import PING_INTERVAL, RESTART, McpServer
+from mcp_tools.states import PING_INTERVAL, RESTART
 
 if TYPE_CHECKING:
     from config.settings import Config, ConfigHolder
     from dispatcher.admins import Admins
+    from mcp_tools.server import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,11 @@ class McpManager:
             for server in gone:
                 logger.info("mcp server %s: stopped (its configuration changed)", server.name)
             new = []
+            if any(name not in self.servers for name in wanted):
+                # the SDK takes seconds to import: off the event loop, and only when a server is configured
+                await asyncio.to_thread(importlib.import_module, "mcp_tools.server")
+            from mcp_tools.server import McpServer
+
             for name, entry in wanted.items():
                 if name not in self.servers:
                     server = self.servers[name] = McpServer(name, entry, log_dir=self.log_dir, policy=self.policy,

@@ -18,7 +18,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,26 +33,19 @@ from mcp.shared.exceptions import MCPError
 from config.mcp_servers import McpServerConfig
 from core.retry import RetryPolicy
 from mcp_tools.results import result_text
+from mcp_tools.states import (
+    DISABLED,
+    FAILED,
+    KEPT_ERRORS,
+    PING_INTERVAL,
+    RESTART,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    ServerError,
+)
 
 logger = logging.getLogger(__name__)
-
-#: Restarts after a failure: the project's backoff (1 s doubling to at most 60 s, with jitter), without end.
-RESTART = RetryPolicy(attempts=None, first=1.0, cap=60.0)
-#: Seconds between liveness pings of an idle server (a server that died between calls is noticed by then).
-PING_INTERVAL = 10.0
-#: How many of a server's last errors are kept for the console.
-KEPT_ERRORS = 5
-
-STARTING, RUNNING, RESTARTING, FAILED, DISABLED = "starting", "running", "restarting", "failed", "disabled"
-
-
-@dataclass(frozen=True, slots=True)
-class ServerError:
-    """One failure, for the console."""
-
-    at: datetime
-    text: str
-
 
 class ServerDown(Exception):
     """The connection ended (the server exited, the network failed, a ping went unanswered)."""

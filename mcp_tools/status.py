@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from mcp_tools.server import McpServer
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcp_tools.server import McpServer
 
 #: A line lists at most this many tool names, then says how many more.
 SHOWN_TOOLS = 20
