@@ -60,11 +60,20 @@ def bot(servers, http_mcp, tmp_path_factory):
     for name in ("fake", "web", "time"):
         proc.wait_for_log(f"mcp server {name}: running", timeout=60)
     yield proc
+    servers = children(proc.pid)
+    assert len(servers) >= 2  # fake and time (broken may be between tries)
     assert proc.stop() == 0
+    assert [pid for pid in servers if Path(f"/proc/{pid}").exists()] == []  # the stdio servers stopped with it
     log = proc.log()
     assert "Traceback" not in log
     assert "mcp server broken failed to start" in log and "mcp server fake: running" in log
     (proc.folder / "last.log").write_text(log, encoding="utf-8")
+
+
+def children(pid: int | None) -> list[int]:
+    """The child processes of ``pid`` (the stdio servers the bot started)."""
+    assert pid is not None
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
 
 
 def ask(api, llm, chat, text, user=None):
