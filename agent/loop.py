@@ -196,6 +196,7 @@ class Agent:
         self.first_reply_wait = FIRST_REPLY_WAIT_SECONDS
         self._prompt_tokens: dict[tuple[str, str], int] = {}
         self._tool_tokens: dict[tuple[str, str], int] = {}
+        self._last_tools: tuple[str, list[dict[str, Any]], int] | None = None
         #: (the client, whether it streams, whether it has request slots): a runtime Protocol check walks the
         #: protocol's members each time, so it is made once per client
         self._abilities: tuple[object, bool, bool] | None = None
@@ -273,12 +274,16 @@ class Agent:
         if not tools:
             return 0
         model = self.model()
+        last = self._last_tools
+        if last is not None and last[0] == model and last[1] is tools:  # a turn's set: the same list each call
+            return last[2]
         text = json.dumps(tools)
         tokens = self._tool_tokens.get((model, text))
         if tokens is None:
             if len(self._tool_tokens) >= 64:  # the sets a selector makes vary with the message
                 self._tool_tokens.clear()
             tokens = self._tool_tokens[(model, text)] = self.counter(model).count_text(text)
+        self._last_tools = (model, tools, tokens)
         return tokens
 
     def _offered(self) -> list[dict[str, Any]] | None:

@@ -188,10 +188,13 @@ class ToolSet:
     def __init__(self, available: list[Tool], offered: list[str] | None = None) -> None:
         self._available = {t.name: t for t in available}
         self._offered = list(self._available) if offered is None else [n for n in offered if n in self._available]
+        self._schemas: tuple[list[str], list[dict[str, Any]]] | None = None
 
     def schemas(self) -> list[dict[str, Any]]:
-        """The OpenAI ``tools`` list of the next model call."""
-        return [self._available[name].schema() for name in self._offered]
+        """The OpenAI ``tools`` list of the next model call (the same list while the offer is unchanged)."""
+        if self._schemas is None or self._schemas[0] != self._offered:
+            self._schemas = (list(self._offered), [self._available[name].schema() for name in self._offered])
+        return self._schemas[1]
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, if this chat may call it."""
