@@ -370,7 +370,10 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
             if rest and not rest.startswith("/") and rest != ":memory:":
                 url = prefix + str((base / rest).resolve())
             break
-    return cfg.model_copy(update={"data_dir": str(data_dir), "db_url": url})
+    servers = {name: entry.model_copy(update={"cwd": str((base / Path(entry.cwd).expanduser()).resolve())})
+               if entry.cwd and not Path(entry.cwd).expanduser().is_absolute() else entry
+               for name, entry in cfg.mcp_servers.items()}  # an MCP server's working folder
+    return cfg.model_copy(update={"data_dir": str(data_dir), "db_url": url, "mcp_servers": servers})
 
 
 def load_config(path: str | Path = "config.json", environ: dict[str, str] | None = None,

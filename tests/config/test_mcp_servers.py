@@ -104,3 +104,14 @@ def test_a_chat_cannot_type_a_secret_into_them_but_can_change_the_rest(tmp_path:
     assert saved["time"]["env"] == {"TIME_TOKEN": TOKEN}
     # and the journal never keeps what was typed after /config mcp_servers
     assert secret_free(parse_command(f"/config mcp_servers {typed}")) == "/config mcp_servers ***"
+
+
+def test_a_relative_cwd_is_the_config_files_folder(tmp_path: Path) -> None:
+    from config.settings import load_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"mcp_servers": {"a": {"command": "x", "cwd": "tools"},
+                                                "b": {"command": "x", "cwd": "/srv"}}}), encoding="utf-8")
+    cfg = load_config(path, environ={})
+    assert cfg.mcp_servers["a"].cwd == str((tmp_path / "tools").resolve())
+    assert cfg.mcp_servers["b"].cwd == "/srv"
