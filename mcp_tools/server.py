@@ -104,14 +104,14 @@ class McpServer:
         failures = 0
         while True:
             began = time.monotonic()
+            failure: Exception | None = None
             try:
                 await self._connect_and_watch()
                 reason = "the connection closed"
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # noqa: BLE001 - anyio groups, OSError, MCPError, …: one log line each
-                reason = describe(exc)
-                logger.debug("mcp server %s: failure details", self.name, exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - anyio groups, OSError, MCPError, …: one log line each
+                reason, failure = describe(exc), exc
             was_running = self.state == RUNNING
             self._session = None
             self._set_tools([])
@@ -121,8 +121,11 @@ class McpServer:
             delay = self.policy.delay(failures)
             self.state = RESTARTING if was_running else FAILED
             what = "stopped" if was_running else "failed to start"
+            # the traceback of the first failure in a row goes to bot.log (the console shows the line only)
+            details = failure if failure is not None and failures == 1 and not isinstance(failure, ServerDown) \
+                else None
             logger.warning("mcp server %s %s: %s; its tools are withdrawn; restarting in %.0f s", self.name, what,
-                           reason, delay)
+                           reason, delay, exc_info=details)
             self._settled.set()
             await asyncio.sleep(delay)
             self.restarts += 1

@@ -180,7 +180,10 @@ def test_a_server_that_exits_at_start_is_one_line_and_retried(servers, bot):
         time.sleep(0.1)
     line = next(line for line in bot.log().splitlines() if "mcp server broken failed to start" in line)
     assert "WARNING mcp_tools.server" in line and "restarting in" in line
-    assert "Traceback" not in bot.log()
+    assert line.endswith("(details in bot.log)")
+    assert "Traceback" not in bot.log()  # the console has the line; the log file has the details
+    log_file = (Path(bot.folder) / "data" / "bot.log").read_text(encoding="utf-8")
+    assert "Traceback" in log_file[log_file.index("mcp server broken failed to start"):]
 
 
 def test_the_env_secret_reaches_the_server_and_nothing_else(servers, bot):
