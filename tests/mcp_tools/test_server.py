@@ -125,3 +125,32 @@ async def test_a_server_over_http_with_headers(sse) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def test_a_server_that_never_answers_at_start_fails_within_its_timeout(tmp_path, caplog) -> None:
+    cfg = McpServerConfig.model_validate({"command": sys.executable, "args": ["-c", "import time; time.sleep(600)"],
+                                          "timeout_seconds": 0.5})
+    server = McpServer("mute", cfg, log_dir=tmp_path, policy=QUICK.but(first=30.0, cap=30.0))
+    server.start()
+    try:
+        await server.started()
+        assert server.state == FAILED
+        assert server.errors[-1].text == "no answer within its timeout_seconds"
+    finally:
+        await server.stop()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "mcp_tools.server"]
+    assert line == ("mcp server mute failed to start: no answer within its timeout_seconds; its tools are "
+                    "withdrawn; restarting in 30 s")
+
+
+async def test_a_command_that_does_not_exist_is_one_clear_line(tmp_path, caplog) -> None:
+    cfg = McpServerConfig.model_validate({"command": "no-such-mcp-server-program"})
+    server = McpServer("missing", cfg, log_dir=tmp_path, policy=QUICK.but(first=30.0, cap=30.0))
+    server.start()
+    try:
+        await server.started()
+        assert server.state == FAILED
+    finally:
+        await server.stop()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "mcp_tools.server"]
+    assert line.startswith("mcp server missing failed to start: ") and "no-such-mcp-server-program" in line
