@@ -100,7 +100,12 @@ class McpManager:
             new = []
             if any(name not in self.servers for name in wanted):
                 # the SDK takes seconds to import: off the event loop, and only when a server is configured
-                await asyncio.to_thread(importlib.import_module, "mcp_tools.server")
+                try:
+                    await asyncio.to_thread(importlib.import_module, "mcp_tools.server")
+                except ImportError as exc:
+                    logger.error("mcp_servers cannot start: the mcp package cannot be imported (%s); install the "
+                                 "requirements again: python -m pip install -r requirements.txt", exc)
+                    return
             from mcp_tools.server import McpServer
 
             for name, entry in wanted.items():
