@@ -4,9 +4,13 @@ the FastMCP fake of tests/fakes/mcp_server.py over stdio and over Streamable HTT
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
+import re
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,12 +18,15 @@ import pytest
 from agent.tokens import TokenCounters
 from tests.e2e.test_telegram import settings, wait_chat
 from tests.fakes.bot_process import ROOT, BotProcess
+from tests.fakes.cluster import free_port
 from tests.fakes.mcp_server import serve_http
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 ADMIN, OTHER = 1001, 2002
 ENV_SECRET = "mcp-env-secret-7f3a9c2e41d8"
+CONSOLE_PASSWORD = "console-password-for-the-mcp-test"
+CONSOLE_PORT = free_port()
 HEADER_SECRET = "mcp-header-secret-b6d1e0a9c3f5"
 
 
@@ -56,7 +63,8 @@ def bot(servers, http_mcp, tmp_path_factory):
         "broken": stdio("--exit-at-start"),
     }
     proc = BotProcess(tmp_path_factory.mktemp("mcp"), **settings(
-        api, llm, admin_users=[f"telegram:{ADMIN}"], mcp_servers=mcp_servers, web_console_port=0)).start()
+        api, llm, admin_users=[f"telegram:{ADMIN}"], mcp_servers=mcp_servers, web_console_port=CONSOLE_PORT,
+        web_console_password=CONSOLE_PASSWORD)).start()
     for name in ("fake", "web", "time"):
         proc.wait_for_log(f"mcp server {name}: running", timeout=60)
     yield proc
@@ -68,6 +76,18 @@ def bot(servers, http_mcp, tmp_path_factory):
     assert "Traceback" not in log
     assert "mcp server broken failed to start" in log and "mcp server fake: running" in log
     (proc.folder / "last.log").write_text(log, encoding="utf-8")
+
+
+def console_pages(*paths: str) -> dict[str, str]:
+    """The web console's pages as an admin sees them, after logging in with the password."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    base = f"http://127.0.0.1:{CONSOLE_PORT}"
+    login = opener.open(base + "/login", timeout=10).read().decode()
+    csrf = re.search(r'name="csrf" value="([^"]*)"', login).group(1)
+    form = urllib.parse.urlencode({"csrf": csrf, "next": "/", "secret": CONSOLE_PASSWORD}).encode()
+    opener.open(base + "/login", data=form, timeout=10).read()
+    return {path: opener.open(base + path, timeout=10).read().decode() for path in paths}
 
 
 def children(pid: int | None) -> list[int]:
@@ -192,12 +212,15 @@ def test_the_env_secret_reaches_the_server_and_nothing_else(servers, bot):
     llm.enqueue_text("checked")
     requests = ask(api, llm, ADMIN, "is the token there?")
     assert tool_results(requests[1]) == [f"token: {len(ENV_SECRET)} characters"]
+    pages = console_pages("/tools", "/config")
+    assert "fake: running (8 tools)" in pages["/tools"] and "Last errors of broken" in pages["/tools"]
+    assert "FAKE_MCP_TOKEN" in pages["/config"] and "…41d8" in pages["/config"]
     api.push_text(ADMIN, "/config mcp_servers", user_id=ADMIN)
     texts = wait_chat(api, ADMIN, lambda t: t[-1].startswith("mcp_servers = "))
     assert '"FAKE_MCP_TOKEN": "…41d8"' in texts[-1]
     data = Path(bot.folder) / "data"
     places = [bot.log(), (data / "bot.log").read_text(encoding="utf-8"), "\n".join(api.chat_texts(ADMIN)),
-              json.dumps(llm.requests)]
+              json.dumps(llm.requests), *pages.values()]
     places += [p.read_bytes().decode("utf-8", "replace") for p in data.glob("chatbot.db*")]
     for secret in (ENV_SECRET, HEADER_SECRET):
         assert not any(secret in text for text in places)
