@@ -188,7 +188,8 @@ class McpServer:
                     await _first(self._down.wait(), self._changed.wait())
             if self._down.is_set():
                 raise ServerDown("the connection closed")
-            with anyio.fail_after(self.config.timeout_seconds):
+            # a short timeout_seconds is for calls: a busy machine must not make an idle server look dead
+            with anyio.fail_after(max(self.config.timeout_seconds, self.ping_interval)):
                 if self._changed.is_set():
                     self._changed.clear()
                     self._set_tools(await self._list(session))
