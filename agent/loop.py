@@ -39,7 +39,7 @@ from agent.images import REFUSED_NOTE, ImageTurn, Vision, has_image, request_mes
 from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
 from agent.slots import urgent
 from agent.tokens import TokenCounter, TokenCounters, output_cap
-from agent.tools.base import TURN_MESSAGE, ToolContext, ToolRegistry, cap_result
+from agent.tools.base import TURN_MESSAGE, TURN_TOOLS, ToolContext, ToolQuery, ToolRegistry, ToolSet, cap_result
 from agent.window import ModelWindows
 from core.errors import ContextOverflowError, ImagesUnsupportedError, TransientLLMError
 from core.llm import BaseLLM, LLMResponse, ReplySlots, SlottedLLM, StreamingLLM
@@ -195,7 +195,8 @@ class Agent:
         #: how long the first turn after a restore waits for the summary of the skipped turns
         self.first_reply_wait = FIRST_REPLY_WAIT_SECONDS
         self._prompt_tokens: dict[tuple[str, str], int] = {}
-        self._tool_tokens: dict[str, int] = {}
+        self._tool_tokens: dict[tuple[str, str], int] = {}
+        self._last_tools: tuple[str, list[dict[str, Any]], int] | None = None
         #: (the client, whether it streams, whether it has request slots): a runtime Protocol check walks the
         #: protocol's members each time, so it is made once per client
         self._abilities: tuple[object, bool, bool] | None = None
@@ -239,7 +240,7 @@ class Agent:
         cfg = self.config()
         window = self.windows(self.model())
         # The tools' schemas go with every request: on a small window they are a large share of it.
-        reserved = self._reserved(state, system_prompt) + self._tools_tokens(self.tools.schemas() or None)
+        reserved = self._reserved(state, system_prompt) + self._tools_tokens(self._offered())
         return Budget(max_turns=cfg.agent_max_context_turns,
                       max_tokens=history_budget(cfg.agent_max_context_tokens, window, reserved))
 
@@ -269,14 +270,40 @@ class Agent:
         return output_cap(cfg.agent_max_output_tokens, self.windows(self.model()), request)
 
     def _tools_tokens(self, tools: list[dict[str, Any]] | None) -> int:
-        """Tokens of the tools' schemas in a request (counted once per model)."""
+        """Tokens of the tools' schemas in a request (each set counted once per model)."""
         if not tools:
             return 0
         model = self.model()
-        tokens = self._tool_tokens.get(model)
+        last = self._last_tools
+        if last is not None and last[0] == model and last[1] is tools:  # a turn's set: the same list each call
+            return last[2]
+        text = json.dumps(tools)
+        tokens = self._tool_tokens.get((model, text))
         if tokens is None:
-            tokens = self._tool_tokens[model] = self.counter(model).count_text(json.dumps(tools))
+            if len(self._tool_tokens) >= 64:  # the sets a selector makes vary with the message
+                self._tool_tokens.clear()
+            tokens = self._tool_tokens[(model, text)] = self.counter(model).count_text(text)
+        self._last_tools = (model, tools, tokens)
         return tokens
+
+    def _offered(self) -> list[dict[str, Any]] | None:
+        """The tools' schemas the next model call offers: the running turn's set, or every registered tool."""
+        turn = TURN_TOOLS.get()
+        return (turn.schemas() if turn is not None else self.tools.schemas()) or None
+
+    async def _turn_tools(self, state: SessionState) -> ToolSet:
+        """The tools this turn offers (the registry's selector may narrow them to the message, DESIGN §13)."""
+        used = frozenset(call.get("function", {}).get("name", "") for m in state.messages
+                         for call in m.message.get("tool_calls") or ())
+        user = next((m.message for m in reversed(state.messages) if m.message.get("role") == "user"), {})
+        text = user.get("content")
+        if isinstance(text, list):
+            text = " ".join(p.get("text", "") for p in text if isinstance(p, dict))
+        model = self.model()
+        counter = self.counter(model)
+        return await self.tools.for_turn(ToolQuery(
+            session_id=state.session_id, info=state.info, text=text if isinstance(text, str) else "", used=used,
+            window=self.windows(model), count=counter.count_text))
 
     async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
         """Make a prepared context the session's context; move the boundary past dropped turns."""
@@ -333,10 +360,17 @@ class Agent:
 
     async def _run_turn(self, state: SessionState, final_answer: FinalAnswer | None = None) -> TurnResult:
         await state.wait_ready(self.first_reply_wait)
+        tools_token = TURN_TOOLS.set(await self._turn_tools(state))
+        try:
+            return await self._tool_loop(state, final_answer)
+        finally:
+            TURN_TOOLS.reset(tools_token)
+
+    async def _tool_loop(self, state: SessionState, final_answer: FinalAnswer | None) -> TurnResult:
         cfg = self.config()
         result = TurnResult(text="", ends=asyncio.get_running_loop().time() + self.turn_deadline)
-        tools = self.tools.schemas() or None
         while True:
+            tools = self._offered()  # find_tools may have offered more since the last call
             final = result.steps >= cfg.agent_max_steps
             response = await self._call(state, result, tools=None if final else tools, final=final)
             if response is None:  # the context had to be cleared
@@ -367,11 +401,12 @@ class Agent:
                 await self._persist(state, {"role": "tool", "tool_call_id": call.id, "content": content})
 
     async def _run_tool(self, state: SessionState, name: str, arguments: str) -> str:
-        tool = self.tools.get(name)
+        tools = TURN_TOOLS.get() or self.tools
+        tool = tools.get(name)
         started = time.perf_counter()
         try:
             if tool is None:
-                raise LookupError(f"unknown tool {name!r}; available: {', '.join(self.tools.names())}")
+                raise LookupError(f"unknown tool {name!r}; available: {', '.join(tools.names())}")
             args = parse_arguments(arguments)
             turns = state.turns()
             ctx = ToolContext(session_id=state.session_id, config=self.config(), info=state.info,

@@ -25,6 +25,7 @@ from dispatcher.admins import Admins
 from dispatcher.commands import CommandRegistry, Services, keeps_no_secret
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.leader import Leadership
+from mcp_tools import install as install_mcp
 from memory.daily import DailyMemory, MemoryWritten
 from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import install as install_plugins
@@ -122,10 +123,11 @@ async def compose(cfg: Config, config_path: Path, failures: dict[str, str]) -> C
                   windows=windows)
     admins = Admins(store, holder, shared=locks.shared)
     await admins.load()
+    mcp = install_mcp(holder, admins, tools)  # the MCP servers' tools reach each turn through the tool registry
     services = Services(config=holder, store=store, llm=llm, tools=tools, sessions=sessions, agent=agent,
                         commands=CommandRegistry(), admins=admins, locks=locks, memory=daily,
                         people=people, summarizer=summarizer, usage=usage, usage_recorder=recorder,
-                        caps=UsageCaps(usage, holder))
+                        caps=UsageCaps(usage, holder), mcp=mcp)
     # plugins: commands, tools and message hooks; config.json edits apply live
     plugins = install_plugins(services)
     written.subscribe(plugins.memory_written)

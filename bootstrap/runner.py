@@ -195,6 +195,11 @@ class App:
         assert self.leadership is not None and self.config_watcher is not None
         watcher, leadership = self.config_watcher, self.leadership
         await self.background.start("config watcher", watcher.start, watcher.stop)
+        if services.mcp is not None:  # the servers start together, each within its timeout, without holding the rest
+            mcp = services.mcp
+            starting = asyncio.create_task(mcp.start(), name="mcp servers")
+            await self.background.start("mcp servers", None, mcp.stop)
+            await self.background.start("mcp servers starting", None, starting.cancel)
         from media.files import sweep_media
 
         data_dir = services.config().data_path()

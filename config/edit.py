@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import config.cowagent
+from config.mcp_servers import added_secrets
 from config.settings import (
     KNOWN_KEYS,
     MAX_VALUE_CHARS,
+    NESTED_SECRET_KEYS,
     RESTART_KEYS,
     SECRET_KEYS,
     Config,
@@ -20,6 +22,7 @@ from config.settings import (
     resolve_paths,
     secret_refusal,
     translate_cowagent,
+    unmasked,
     validate_data,
 )
 from core.errors import ConfigError
@@ -105,7 +108,14 @@ def save_setting(path: str | Path, key: str, raw_value: str, *, environ: dict[st
     field = Config.model_fields.get(parts[0])
     value = parse_value(raw_value, expects_text=len(parts) == 1 and field is not None and field.annotation is str)
     # a file that cannot be read (empty, half-written, bad JSON) raises here: it is never written over
-    data = with_setting(read_file_data(path), key, value)
+    data = read_file_data(path)
+    if parts[0] in NESTED_SECRET_KEYS:
+        # the value may be the masked one /config showed: a masked secret stands for the one in the file
+        value = unmasked(parts[0], value, data.get(parts[0]))
+        if added_secrets(value, data.get(parts[0])):
+            raise ConfigError(f"{parts[0]}: values in env and headers are secrets and cannot be set from a chat, "
+                              "where the platform and the bot's journal would keep them: edit config.json by hand")
+    data = with_setting(data, key, value)
     translated = translate_cowagent(data)
     validate_data(translated)  # what is written must be valid on its own
     cfg = resolve_paths(validate_data(apply_environment(translated, environ)), path.parent)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from config.settings import SECRET_KEYS, Config
+from config.settings import Config, secret_values
 
 
 class Redactor:
@@ -13,7 +13,7 @@ class Redactor:
 
     def update(self, cfg: Config) -> None:
         """Take the secrets of ``cfg`` (called again after every config change)."""
-        values = {getattr(cfg, key) for key in SECRET_KEYS} | {_db_password(cfg.db_url)}
+        values = secret_values(cfg) | {_db_password(cfg.db_url)}
         # longest first, so a secret containing another is masked whole
         self.secrets = sorted((v for v in values if v and len(v) >= 4), key=len, reverse=True)
 

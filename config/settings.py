@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import config.cowagent
+from config.mcp_servers import McpServerConfig, check_servers, mask_servers, server_secrets, unmask_servers
 from core.errors import ConfigError
 from core.files import atomic_write
 from core.suggest import did_you_mean, nearest
@@ -150,6 +151,18 @@ class Config(BaseModel):
     usage_cap_group_daily_tokens: int = Field(0, ge=0)
     usage_cap_daily_tokens: int = Field(0, ge=0)
     usage_fallback_model: str = ""
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    tools_window_share: float = Field(0.15, gt=0, le=1)
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _mcp_servers(cls, value: Any) -> dict[str, McpServerConfig]:
+        return check_servers(value)
+
+    @field_validator("tools_window_share", mode="before")
+    @classmethod
+    def _share_number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("timezone")
     @classmethod
@@ -290,6 +303,10 @@ KEY_HELP: dict[str, str] = {
     "usage_cap_daily_tokens": "Tokens the whole bot may use per day; 0 means no cap.",
     "usage_fallback_model": ("When a cap is reached, answer with this (cheaper) model instead of refusing; \"\" means "
                              "refuse."),
+    "mcp_servers": ("MCP servers whose tools the model may use, by name, as in Claude Desktop, Cursor or VS Code "
+                    "(command/args/env/cwd, or url/headers); values in env and headers are secrets."),
+    "tools_window_share": ("Above this share of the model window, the tools offered are narrowed to those relevant "
+                           "to the message, with find_tools for the rest."),
 }
 
 
@@ -306,6 +323,8 @@ def describe_error(exc: ValidationError) -> str:
     if err.get("type") == "extra_forbidden":
         return f"unknown config key {key!r}{did_you_mean(key, KNOWN_KEYS)}"
     where = key if key != "plugins" else ".".join(loc[:2])
+    if key == "mcp_servers":  # its validator names the server and the key at fault
+        return f"invalid value for 'mcp_servers': {str(err.get('msg', 'invalid value')).removeprefix('Value error, ')}"
     expected = _expected_type(key)
     msg = err.get("msg", "invalid value")
     return f"invalid value for {where!r}: {msg} (expected {expected})"
@@ -317,6 +336,8 @@ _EXPECTED = {
     "plugins": "an object of per-plugin objects",
     "timezone": 'an IANA zone name such as "Europe/Berlin", or ""',
     "admin_users": 'a list of "<channel>:<user id>" strings',
+    "mcp_servers": 'an object of named servers, each {"command": …} or {"url": …}',
+    "tools_window_share": "a number above 0, at most 1",
 }
 
 
@@ -409,7 +430,10 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
             if rest and not rest.startswith("/") and rest != ":memory:":
                 url = prefix + str((base / rest).resolve())
             break
-    return cfg.model_copy(update={"data_dir": str(data_dir), "db_url": url})
+    servers = {name: entry.model_copy(update={"cwd": str((base / Path(entry.cwd).expanduser()).resolve())})
+               if entry.cwd and not Path(entry.cwd).expanduser().is_absolute() else entry
+               for name, entry in cfg.mcp_servers.items()}  # an MCP server's working folder
+    return cfg.model_copy(update={"data_dir": str(data_dir), "db_url": url, "mcp_servers": servers})
 
 
 def load_config(path: str | Path = "config.json", environ: dict[str, str] | None = None,
@@ -433,6 +457,34 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
 PASSWORD_KEYS = frozenset({"admin_password", "web_console_password"})
 #: A key shorter than this is shown only as set: its last 4 characters would be too large a part of it.
 MIN_SHOWN_KEY_CHARS = 16
+
+
+#: Keys whose values hold secrets inside them (DESIGN §1.2: ``mcp_servers``' ``env`` and ``headers``).
+NESTED_SECRET_KEYS = frozenset({"mcp_servers"})
+
+
+def secret_values(cfg: Config) -> set[str]:
+    """Every secret value in force: the secret keys' and the nested ones (for the log redactor)."""
+    return {getattr(cfg, key) for key in SECRET_KEYS} | server_secrets(cfg.mcp_servers)
+
+
+def masked(key: str, value: Any) -> Any:
+    """A setting's value with its nested secrets masked (the value itself for other keys)."""
+    if key == "mcp_servers" and isinstance(value, dict):
+        return mask_servers(value, mask_nested)
+    return value
+
+
+def mask_nested(value: str) -> str:
+    """How a nested secret (an ``env`` or ``headers`` value of ``mcp_servers``) is shown."""
+    return mask_secret("mcp_servers", value) if isinstance(value, str) else "set"
+
+
+def unmasked(key: str, value: Any, current: Any) -> Any:
+    """A value edited from its :func:`masked` form, with each untouched masked secret put back from ``current``."""
+    if key == "mcp_servers" and isinstance(current, dict):
+        return unmask_servers(value, current, mask_nested)
+    return value
 
 
 def mask_secret(key: str, value: str) -> str:

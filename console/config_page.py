@@ -26,15 +26,18 @@ from config.settings import (
     ENV_OVERRIDES,
     KEY_HELP,
     KNOWN_KEYS,
+    NESTED_SECRET_KEYS,
     RESTART_KEYS,
     SECRET_KEYS,
     Config,
     apply_environment,
     atomic_write_json,
     live_config,
+    masked,
     read_file_data,
     resolve_paths,
     translate_cowagent,
+    unmasked,
     validate_data,
 )
 from console.server import console_of
@@ -101,7 +104,7 @@ def fields(values: dict[str, Any], entered: dict[str, str] | None = None) -> lis
         out.append({
             "key": key, "kind": kind, "restart": key in RESTART_KEYS,
             "value": entered[key] if entered is not None and key in entered and kind != "secret"
-            else shown_value(kind, values.get(key)),
+            else shown_value(kind, masked(key, values.get(key))),
             "choices": typing.get_args(ann) if kind == "choice" else (),
             "is_set": bool(values.get(key)) if kind == "secret" else None,
             "env": _ENV_OF.get(key),
@@ -153,7 +156,13 @@ def changed_settings(form: Any, current: dict[str, Any]) -> dict[str, Any]:
         raw = form.get(f"k:{key}")
         if raw is None or (field_kind(key) == "secret" and raw == ""):
             continue
-        value = parse_field(key, str(raw))
+        value = unmasked(key, parse_field(key, str(raw)), current.get(key))
+        if key in NESTED_SECRET_KEYS:  # compared as validated: the form shows the entries without defaults
+            try:
+                if validate_data({key: value}).model_dump()[key] == current.get(key):
+                    continue
+            except ConfigError:
+                pass  # invalid: saving it reports the error
         if value != current.get(key):
             changes[key] = value
     return changes

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from config.settings import SECRET_KEYS
+from config.settings import NESTED_SECRET_KEYS, SECRET_KEYS
 from core.messages import IncomingMessage
 from core.records import SessionInfo
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from config.settings import ConfigHolder
     from core.llm import BaseLLM
     from dispatcher.admins import Admins
+    from mcp_tools.manager import McpManager
     from memory.daily import DailyMemory
     from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
@@ -70,7 +71,7 @@ def secret_free(command: CommandObject) -> str | None:
         return f"/{command.command}"  # never store a password
     if command.command == "config":
         argv = command.argv
-        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS:
+        if len(argv) > 1 and argv[0].split(".")[0].lower() in SECRET_KEYS | NESTED_SECRET_KEYS:
             # /config refuses to set a secret, but the value was typed into the chat: never store it.
             return f"/config {argv[0]} ***"
     return None
@@ -207,3 +208,5 @@ class Services:
     history_index: HistoryIndex | None = None
     #: the web console this process serves, once started (None when it is off or another process serves it)
     console: ConsoleLinks | None = None
+    #: the MCP servers of ``mcp_servers`` and their tools (DESIGN §13); None in tests that run without them
+    mcp: McpManager | None = None

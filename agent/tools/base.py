@@ -196,13 +196,83 @@ def bind_services(t: Tool, services: ToolServices) -> Tool:
     return replace(t, function=with_services)
 
 
+@dataclass(frozen=True, slots=True)
+class ToolQuery:
+    """What a turn's tool selection knows: whose session, the message, the tools its kept turns used, the room."""
+
+    session_id: str
+    info: SessionInfo | None = None
+    #: the text of the message being answered
+    text: str = ""
+    #: tools called in the session's kept turns
+    used: frozenset[str] = frozenset()
+    #: the model's context window, in tokens
+    window: int = 0
+    #: ``count(text)``: tokens of a text for the turn's model
+    count: Callable[[str], int] = len
+
+
+class ToolSet:
+    """The tools of one turn: ``schemas()`` is what the next model call offers, ``get`` finds any tool this
+    chat may call. A tool may :meth:`offer` more during the turn (``find_tools``); they are in the next call."""
+
+    def __init__(self, available: list[Tool], offered: list[str] | None = None) -> None:
+        self._available = {t.name: t for t in available}
+        self._offered = list(self._available) if offered is None else [n for n in offered if n in self._available]
+        self._schemas: tuple[list[str], list[dict[str, Any]]] | None = None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list of the next model call (the same list while the offer is unchanged)."""
+        if self._schemas is None or self._schemas[0] != self._offered:
+            self._schemas = (list(self._offered), [self._available[name].schema() for name in self._offered])
+        return self._schemas[1]
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if this chat may call it."""
+        return self._available.get(name)
+
+    def names(self) -> list[str]:
+        """The names offered to the model."""
+        return list(self._offered)
+
+    def offer(self, names: list[str]) -> list[str]:
+        """Offer these tools from the next model call on; returns those newly offered."""
+        added = [n for n in names if n in self._available and n not in self._offered]
+        self._offered.extend(added)
+        return added
+
+
+class ToolSelector(Protocol):
+    """Chooses a turn's tools (mcp_tools/ adds its servers' tools and narrows a long list, DESIGN §13)."""
+
+    async def select(self, registry: ToolRegistry, query: ToolQuery) -> ToolSet:
+        """The tools this turn offers."""
+        ...
+
+
+#: The running turn's tools (set by the agent for its own task): ``find_tools`` offers more through it.
+TURN_TOOLS: ContextVar[ToolSet | None] = ContextVar("turn_tools", default=None)
+
+
 class ToolRegistry:
     """The tools on offer, by name. Registering a name twice replaces the earlier tool."""
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        #: chooses each turn's tools; None: every registered tool, every turn
+        self.selector: ToolSelector | None = None
         for t in tools or []:
             self.register(t)
+
+    async def for_turn(self, query: ToolQuery) -> ToolSet:
+        """The tools one turn offers: the selector's choice, or every registered tool."""
+        if self.selector is not None:
+            return await self.selector.select(self, query)
+        return ToolSet(list(self._tools.values()))
+
+    def tools(self) -> list[Tool]:
+        """The registered tools, in registration order."""
+        return list(self._tools.values())
 
     def register(self, t: Tool | ToolFunction) -> Tool:
         """Add a tool (or a typed function, which becomes one)."""

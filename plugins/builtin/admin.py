@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from channels.registry import check_channel_type
 from config.edit import get_setting, save_setting, setting_path
-from config.settings import KNOWN_KEYS, RESTART_KEYS, SECRET_KEYS, Config, live_config, load_config, mask_secret
+from config.settings import KNOWN_KEYS, RESTART_KEYS, SECRET_KEYS, Config, live_config, load_config, mask_secret, masked
 from core.errors import ConfigError
 from dispatcher.admins import LOCKOUT_SECONDS
 from dispatcher.commands import CommandRequest
@@ -46,7 +46,7 @@ def shown(key: str, value: Any, limit: int | None = None) -> str:
     """A setting's value for display: secrets masked, JSON otherwise."""
     if key.split(".")[0] in SECRET_KEYS and isinstance(value, str):
         return mask_secret(key.split(".")[0], value)
-    text = json.dumps(value, ensure_ascii=False)
+    text = json.dumps(masked(key.split(".")[0], value), ensure_ascii=False)
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text

@@ -85,14 +85,14 @@ async def test_builtins_register_their_commands_and_tools(tmp_path):
     async with PluginBot(tmp_path) as bot:
         assert [c.name for c in bot.commands.all()] == ["help", "context", "reset", "clear", "compact", "config",
                                                         "auth", "console", "memory", "forget", "me", "export", "usage",
-                                                        "remind", "reminders"]
+                                                        "remind", "reminders", "tools"]
         assert bot.tools.names() == ["current_time", "memory_search", "memory_get", "memory_write", "web_fetch",
                                      "history_search", "schedule_message", "list_reminders", "cancel_reminder"]
         assert {n: i.enabled for n, i in bot.manager.plugins.items()} == {"commands": True, "admin": True,
                                                                            "tools": True, "memory_index": True,
                                                                            "memory_commands": True, "person": True,
                                                                            "export": True, "usage": True,
-                                                                           "reminders": True}
+                                                                           "reminders": True, "mcp_tools": True}
         assert bot.manager.plugins["admin"].commands == ["config", "auth", "console"]
 
 
@@ -235,8 +235,9 @@ async def test_plugins_are_discovered_in_a_folder(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, logger="plugins.manager"):
         async with PluginBot(tmp_path, directory=folder) as bot:
             assert await bot.say("/hello") == "hello Alice (pkg)"
-            assert sorted(bot.manager.plugins) == ["admin", "commands", "export", "greet", "memory_commands",
-                                                   "memory_index", "person", "pkgplug", "reminders", "tools", "usage"]
+            assert sorted(bot.manager.plugins) == ["admin", "commands", "export", "greet", "mcp_tools",
+                                                   "memory_commands", "memory_index", "person", "pkgplug",
+                                                   "reminders", "tools", "usage"]
     assert [r.getMessage() for r in caplog.records] == ["plugin broken failed to import; skipped"]
 
 

@@ -407,7 +407,7 @@ def test_the_reminders_page_lists_a_reminder_set_in_a_chat(servers, admin, base,
 
 def test_screenshots_of_the_other_pages(admin, base, shots):
     page = admin
-    for path, name, heading in (("/weixin", "weixin", "WeChat login"),):
+    for path, name, heading in (("/weixin", "weixin", "WeChat login"), ("/tools", "tools", "Tools")):
         page.goto(base + path)
         assert page.locator("h1").inner_text() == heading
         snap(page, shots, name)
