@@ -54,6 +54,12 @@ class BaseChannel(ABC):
         return None
 
     @classmethod
+    def owns_terminal(cls, cfg: Config) -> bool:
+        """This channel draws on the operator's terminal when run with ``cfg`` (a chat window, a login QR code):
+        log lines below WARNING then stay in bot.log, off the screen."""
+        return False
+
+    @classmethod
     def preflight(cls, cfg: Config) -> str | None:
         """Why this channel cannot run with ``cfg`` (one line, e.g. a missing token), checked at start before
         anything connects; None when it can try. Nothing may be connected or sent here."""

@@ -56,14 +56,18 @@ THINKING_SECONDS = 6.0
 HISTORY_FILE = "terminal_history"
 
 
-def start_banner(cfg: Config, window: str = "") -> str:
+#: The banner's last line in the terminal channel.
+TERMINAL_HINT = "Type a message and press Enter. /help lists the commands; Ctrl-D quits."
+
+
+def start_banner(cfg: Config, window: str = "", hint: str = TERMINAL_HINT) -> str:
     """The lines shown when the terminal starts: model, endpoint, its window (and where it came from), data
-    folder, and how to get help or quit."""
+    folder, and what to do (``hint``: how to get help or quit, or a channel's own, e.g. WeChat's login)."""
     return "\n".join([
         f"longchat: model {cfg.model} at {cfg.open_ai_api_base}",
         *([f"context window: {window}"] if window else []),
         f"data folder: {cfg.data_path()}",
-        "Type a message and press Enter. /help lists the commands; Ctrl-D quits.",
+        hint,
     ])
 
 
@@ -75,12 +79,35 @@ def stdin_is_terminal() -> bool:
         return False
 
 
+def screen_is_ours(cfg: Config) -> bool:
+    """True when this process runs on a terminal its channels draw on (the chat window, a login QR code): log
+    lines below WARNING then stay in bot.log, off the screen."""
+    from channels.registry import channel_factory
+
+    if not stdin_is_terminal():
+        return False
+    for name in cfg.channels:
+        try:
+            factory = channel_factory(name)
+        except Exception:  # noqa: BLE001 - a channel that cannot load says so elsewhere
+            continue
+        owns = getattr(factory, "owns_terminal", None)
+        if callable(owns) and owns(cfg):
+            return True
+    return False
+
+
 @register_channel("terminal")
 class TerminalChannel(BaseChannel):
     """Reads the local user's lines and writes replies: a chat window on a terminal, plain lines when piped."""
 
     name = "terminal"
     operator_only = True
+
+    @classmethod
+    def owns_terminal(cls, cfg: Config) -> bool:
+        """The chat window is the terminal."""
+        return True
 
     def __init__(self, stdin=None, stdout=None, interactive: bool | None = None,
                  config: Config | None = None, services: Services | None = None) -> None:

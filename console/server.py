@@ -121,12 +121,10 @@ class WebConsole:
         how = "" if self.access.mode == "token" else " (log in with web_console_password)"
         line = f"web console: {self.url()}{how}"
         logger.info("%s", line)
-        cfg = self.services.config()
-        if "terminal" in cfg.channels:
-            from channels.terminal import stdin_is_terminal
+        from channels.terminal import screen_is_ours
 
-            if stdin_is_terminal():  # INFO lines stay off an interactive terminal: show this one there
-                print(line, file=sys.stdout, flush=True)  # noqa: T201 - the start banner's line
+        if screen_is_ours(self.services.config()):  # INFO lines stay off such a terminal: show this one there
+            print(line, file=sys.stdout, flush=True)  # noqa: T201 - the start banner's line
 
     async def stop(self) -> None:
         """Stop serving; requests in progress get a moment to finish."""
