@@ -164,7 +164,7 @@ class NotLoggedIn(BotError):
 
 @register_channel("weixin")
 class WeixinChannel(BaseChannel):
-    """WeChat through its official bot API: QR login, long poll, replies with the message's context token."""
+    """WeChat through its official bot API: QR login, long poll, replies with the user's newest context token."""
 
     name = "weixin"
 
@@ -195,6 +195,8 @@ class WeixinChannel(BaseChannel):
         self._code_wanted: asyncio.Future[str] | None = None
         self._held_tasks: set[asyncio.Task] = set()
         self._notified = False
+        #: see :attr:`terminal` (decided at start)
+        self._terminal: bool | None = None
 
     @property
     def login_qr(self) -> str | None:
@@ -220,9 +222,11 @@ class WeixinChannel(BaseChannel):
     def terminal(self) -> bool:
         """The operator watches this process's terminal and no other channel reads it: the banner, the QR code
         with one plain instruction line, and the verify code typed there."""
-        from channels.terminal import screen_is_ours
+        if self._terminal is None:
+            from channels.terminal import screen_is_ours
 
-        return screen_is_ours(self.config)
+            self._terminal = screen_is_ours(self.config)
+        return self._terminal
 
     def _banner(self) -> None:
         from channels.terminal import start_banner
@@ -383,6 +387,8 @@ class WeixinChannel(BaseChannel):
             if updates.hold_s is not None:
                 self.hold_s = updates.hold_s
             taken = [msg for msg in (self._take(raw) for raw in updates.msgs) if msg is not None]
+            if taken:
+                self._save_tokens({msg.user_id for msg in taken})  # before any of them can be answered
             if self.intake_settled is not None:
                 await asyncio.shield(self.intake_settled())
             if updates.cursor and updates.cursor != self.cursor:
@@ -400,7 +406,7 @@ class WeixinChannel(BaseChannel):
                 return None
             token = str(incoming.extra.get("context_token") or "")
             if token:
-                self._keep_token(incoming.user_id, token)
+                self._tokens[incoming.user_id] = (token, time.time())
             self.deliver_nowait(incoming)
             return incoming
         except Exception:  # noqa: BLE001 - one bad message must not stop the channel
@@ -472,10 +478,13 @@ class WeixinChannel(BaseChannel):
         """The newest context token of each user, for every process that sends."""
         return self.files.data_dir / TOKENS_FILE
 
-    def _keep_token(self, user: str, token: str) -> None:
-        self._tokens[user] = (token, time.time())
+    def _save_tokens(self, users: set[str]) -> None:
+        """Write the newest tokens of ``users`` to :data:`TOKENS_FILE` (once per batch)."""
         saved = self._saved_tokens()
-        saved[user] = {"token": token, "at": self._tokens[user][1]}
+        for user in users:
+            if user in self._tokens:
+                token, at = self._tokens[user]
+                saved[user] = {"token": token, "at": at}
         try:
             self.files.data_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_json(self.tokens_path, saved)
