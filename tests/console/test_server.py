@@ -131,3 +131,56 @@ async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan
                 assert "is logged in: there is no QR code to scan" in await response.text()
     finally:
         await console.stop()
+
+
+@dataclass
+class AskingWeixin(WaitingWeixin):
+    """A weixin channel whose login waits for the number the phone shows."""
+
+    wants_verify_code: bool = True
+    login_state: str = "need_code"
+    entered: list[str] | None = None
+
+    def enter_verify_code(self, code: str) -> bool:
+        if not self.wants_verify_code:
+            return False
+        self.entered = [*(self.entered or []), code]
+        self.wants_verify_code = False
+        return True
+
+
+async def test_the_number_the_phone_shows_is_asked_for_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    import re
+
+    import aiohttp
+
+    channel = AskingWeixin()
+    parts = Parts(ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port())))
+    console = WebConsole(parts, channels=[channel])
+    assert await console.start() is True
+    base = console.url().split("?")[0]
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.get(console.url(), allow_redirects=False):
+                pass
+            async with http.get(base + "weixin") as response:
+                page = await response.text()
+            assert 'action="/weixin/code"' in page and "WeChat shows a number on the phone" in page
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+            for bad in ("12a4", "", "1" * 17):
+                async with http.post(base + "weixin/code", data={"csrf": csrf, "code": bad},
+                                     allow_redirects=False) as response:
+                    assert response.status == 303 and response.headers["Location"] == "/weixin?wrong=1"
+            async with http.post(base + "weixin/code", data={"code": "482913"}) as response:
+                assert response.status == 403  # no CSRF token: refused before the channel hears of it
+            async with http.post(base + "weixin/code", data={"csrf": csrf, "code": " 482913 "},
+                                 allow_redirects=False) as response:
+                assert response.status == 303 and response.headers["Location"] == "/weixin"
+            assert channel.entered == ["482913"]
+            async with http.post(base + "weixin/code", data={"csrf": csrf, "code": "482913"},
+                                 allow_redirects=False) as response:  # no longer asked for
+                assert response.headers["Location"] == "/weixin?wrong=1"
+            async with http.get(base + "weixin") as response:
+                assert 'action="/weixin/code"' not in await response.text()
+    finally:
+        await console.stop()
