@@ -11,8 +11,8 @@ shared by every channel, and redelivery is idempotent anyway; nothing is answere
 
 Replies go out whole (WeChat cannot edit a sent message), split at the API's 4,000 characters, each piece with
 a fresh ``client_id`` and the newest ``context_token`` of the user (as the plugin does: a token allows about 10
-replies, within about 24 hours of the user's last message), kept in ``weixin_context_tokens.json`` so every
-process sends with it. Each piece goes out once: when a later piece fails (a 5xx), the outbox's retry goes on
+replies, within about 24 hours of the user's last message), kept with the cursor so every process sends with
+it. Each piece goes out once: when a later piece fails (a 5xx), the outbox's retry goes on
 from that piece, not from the first. ``ret -2`` on a piece longer than :data:`MIN_PIECE` makes the pieces
 shorter (half, down to :data:`MIN_PIECE`; the length that went through is kept for later replies); ``ret -2`` on
 a short one means the token is used up or too old: what is left of that reply or reminder is kept in
@@ -90,8 +90,8 @@ AUDIO_FORMATS = {1: "pcm", 2: "adpcm", 4: "speex", 5: "amr", 6: "silk", 7: "mp3"
 MAX_MEDIA_BYTES = 20 * 1000 * 1000
 #: ``ret -2`` on a piece longer than this makes the pieces shorter; on one this short, the token is refused
 MIN_PIECE = 1000
-#: the newest context token of each user (kept for every process) and the replies WeChat refused for the token
-TOKENS_FILE, HELD_DIR = "weixin_context_tokens.json", "weixin_held"
+#: the replies WeChat refused for the token, until the user writes again
+HELD_DIR = "weixin_held"
 #: the content type of a reminder's journal row (reminders/firing.py)
 REMINDER = "reminder"
 #: replies whose later pieces are still to go (an outbox retry goes on from there): at most this many are kept
@@ -189,8 +189,10 @@ class WeixinChannel(BaseChannel):
         self.piece_limit = MESSAGE_LIMIT
         #: per reply (message, text): what is still to be sent after the pieces that went out
         self._unsent: dict[tuple[str, str, str], str] = {}
-        #: user -> (newest context token, when it came), as saved in :data:`TOKENS_FILE`
+        #: user -> (newest context token, when it came) (kept with the cursor)
         self._tokens: dict[str, tuple[str, float]] = {}
+        #: (mtime, size) of the cursor file when its tokens were last read
+        self._tokens_seen: tuple[int, int] | None = None
         #: the verify code the login waits for (typed in the terminal or the web console)
         self._code_wanted: asyncio.Future[str] | None = None
         self._held_tasks: set[asyncio.Task] = set()
@@ -260,6 +262,7 @@ class WeixinChannel(BaseChannel):
     async def start_intake(self) -> bool:
         """Start the background task that logs in when needed and polls."""
         if self._task is None:
+            self._load_tokens()  # what the process that received before kept
             self._task = asyncio.create_task(self._run_logged(), name="weixin:receive")
         return True
 
@@ -387,13 +390,11 @@ class WeixinChannel(BaseChannel):
             if updates.hold_s is not None:
                 self.hold_s = updates.hold_s
             taken = [msg for msg in (self._take(raw) for raw in updates.msgs) if msg is not None]
-            if taken:
-                self._save_tokens({msg.user_id for msg in taken})  # before any of them can be answered
             if self.intake_settled is not None:
                 await asyncio.shield(self.intake_settled())
             if updates.cursor and updates.cursor != self.cursor:
                 self.cursor = updates.cursor
-                self.files.save_cursor(updates.cursor)
+                self.files.save_cursor(updates.cursor, self._tokens)
             for user in dict.fromkeys(msg.user_id for msg in taken):
                 self._send_held_later(user)
 
@@ -473,39 +474,32 @@ class WeixinChannel(BaseChannel):
         return True
 
     # --- context tokens -------------------------------------------------------------------------
-    @property
-    def tokens_path(self) -> Path:
-        """The newest context token of each user, for every process that sends."""
-        return self.files.data_dir / TOKENS_FILE
-
-    def _save_tokens(self, users: set[str]) -> None:
-        """Write the newest tokens of ``users`` to :data:`TOKENS_FILE` (once per batch)."""
-        saved = self._saved_tokens()
-        for user in users:
-            if user in self._tokens:
-                token, at = self._tokens[user]
-                saved[user] = {"token": token, "at": at}
+    def _load_tokens(self) -> None:
+        """Take in the tokens the receiving process kept with the cursor that are newer than this process's (the
+        file is read again only when it changed)."""
         try:
-            self.files.data_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.tokens_path, saved)
-        except OSError as exc:
-            logger.warning("weixin: cannot keep the context tokens in %s (%s)", self.tokens_path, exc)
-
-    def _saved_tokens(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.tokens_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+            stat = self.files.cursor_path.stat()
+        except OSError:
+            return
+        if (stat.st_mtime_ns, stat.st_size) == self._tokens_seen:
+            return
+        self._tokens_seen = (stat.st_mtime_ns, stat.st_size)
+        for user, (token, at) in self.files.load_tokens().items():
+            if user not in self._tokens or at > self._tokens[user][1]:
+                self._tokens[user] = (token, at)
 
     def newest_token(self, to: IncomingMessage) -> str:
-        """The context token to reply to ``to``'s sender with: the newest one that user's messages brought (this
-        process's, or another's from :data:`TOKENS_FILE`); the message's own when none is known."""
+        """The context token to reply to ``to``'s sender with: the newest one that user's messages brought (to
+        this process, or to the receiving one, kept with its cursor), or ``to``'s own when it is newer (a message
+        whose batch is not confirmed yet). A reminder's own token is the one of the message that set it: never
+        preferred."""
+        if self._task is None:  # another process receives: its tokens are kept with its cursor
+            self._load_tokens()
         best = self._tokens.get(to.user_id)
-        saved = self._saved_tokens().get(to.user_id)
-        if isinstance(saved, dict) and saved.get("token") and (best is None or float(saved.get("at", 0)) > best[1]):
-            best = (str(saved["token"]), float(saved.get("at", 0)))
-        return best[0] if best is not None else str(to.extra.get("context_token", ""))
+        own = str(to.extra.get("context_token") or "")
+        if own and to.content_type != REMINDER and (best is None or to.time.timestamp() > best[1]):
+            return own
+        return best[0] if best is not None else own
 
     # --- replies WeChat refused for the token: kept until the user writes again ---------------------
     def _held_dir(self, user: str) -> Path:

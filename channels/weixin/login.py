@@ -5,7 +5,7 @@ Kept, owner-only (0600), written atomically:
 - ``weixin_account.json``: the bot token, the API base URL WeChat gave with it, the bot's and the owner's ids.
   With it a restart needs no scan. It is deleted when WeChat ends the session (errcode -14).
 - ``weixin_cursor.json``: the long poll's cursor (``get_updates_buf``), saved only once every message of the
-  batch it confirms is journalled (see :mod:`channels.weixin.channel`).
+  batch it confirms is journalled (see :mod:`channels.weixin.channel`), and each user's newest context token.
 - ``weixin_qr.png``: the current login QR code while a login waits (deleted once it is confirmed).
 - ``weixin_earlier_logins.json``: the logins WeChat ended (newest first, at most 9): a QR code request names their
   tokens (``local_token_list``), and ``binded_redirect`` takes the newest back into use.
@@ -168,9 +168,44 @@ class LoginFiles:
         except (OSError, ValueError, AttributeError):
             return ""
 
-    def save_cursor(self, cursor: str) -> None:
-        """Keep the cursor (owner-only, atomic)."""
-        atomic_write_json(self.cursor_path, {"get_updates_buf": cursor})
+    def save_cursor(self, cursor: str, context_tokens: dict[str, tuple[str, float]] | None = None) -> None:
+        """Keep the cursor and each user's newest context token with its time (owner-only, atomic; one write
+        per batch for both)."""
+        tokens = {user: {"token": token, "at": at} for user, (token, at) in (context_tokens or {}).items()}
+        # compact, through json's C encoder (an indented json.dump runs in Python: about 1 ms at 50 users)
+        write_compact_json(self.cursor_path, {"get_updates_buf": cursor, "context_tokens": tokens})
+
+    def load_tokens(self) -> dict[str, tuple[str, float]]:
+        """Each user's newest context token and when it came, as :meth:`save_cursor` kept them."""
+        try:
+            saved = json.loads(self.cursor_path.read_text(encoding="utf-8")).get("context_tokens") or {}
+            items = list(saved.items())
+        except (OSError, ValueError, AttributeError):
+            return {}
+        tokens: dict[str, tuple[str, float]] = {}
+        for user, entry in items:
+            try:
+                if entry["token"]:
+                    tokens[str(user)] = (str(entry["token"]), float(entry.get("at", 0)))
+            except (TypeError, KeyError, ValueError, AttributeError):
+                continue
+        return tokens
+
+
+def write_compact_json(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` as compact JSON, atomically and durably (owner-only temporary file in the same
+    folder, fsync, ``os.replace``)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")))  # dumps: the C encoder
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def qr_text(content: str) -> str:

@@ -358,8 +358,8 @@ async def test_a_reply_uses_the_users_newest_context_token(api, tmp_path):
         newest = bot.received[1].extra["context_token"]
         await bot.channel.send(bot.received[0], "late answer to the first")
         assert api.sent[-1].context_token == newest
-        saved = json.loads((tmp_path / "weixin_context_tokens.json").read_text())
-        assert saved[USER]["token"] == newest
+        await until(lambda: json.loads((tmp_path / "weixin_cursor.json").read_text())
+                    .get("context_tokens", {}).get(USER, {}).get("token") == newest)
         # another process (a follower) sends with the newest token too, read from data_dir
         other = Bot(api, tmp_path)
         await other.channel.start(intake=False)
