@@ -442,8 +442,11 @@ class WeixinChannel(BaseChannel):
         if reading:
             print(f"{ask}: ", end="", flush=True)  # noqa: T201 - the plugin's stdin prompt
             logger.info("weixin: %s, in the terminal or on the web console's WeChat login page", what)
-        else:
+        elif self.config.web_console_port:
             logger.warning("weixin: %s, on the web console's WeChat login page (/weixin)", what)
+        else:
+            logger.warning("weixin: %s, but the web console is off (web_console_port 0) and no terminal reads it: "
+                           "set web_console_port, or start the bot in a terminal with weixin alone", what)
         try:
             return await wanted
         finally:
