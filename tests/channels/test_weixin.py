@@ -511,8 +511,7 @@ async def test_binded_redirect_takes_the_login_kept_here_back(api, tmp_path, cap
     try:
         api.end_session()
         await asyncio.to_thread(api.wait_for_qr, 2)
-        with api._lock:
-            api.ended.discard(token)  # WeChat: this bot is bound here already, and its token works again
+        api.revive(token)  # WeChat: this bot is bound here already, and its token works again
         api.set_qr("binded_redirect")
         await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
         api.push_text(USER, "still me")

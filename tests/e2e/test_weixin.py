@@ -315,8 +315,7 @@ def test_a_reminder_goes_out_with_the_newest_token_or_waits_for_the_next_message
         api.push_text(USER, "meanwhile")
         api.wait_sent(USER, 2)
         newest = api.sent[-1].context_token
-        with api._lock:  # the token of the message that set the reminder is used up
-            api.token_use[setting].extend([time.time()] * 10)
+        api.use_up(setting)  # the token of the message that set the reminder
         assert api.wait_sent(USER, 3)[2] == "⏰ Reminder: stretch your legs"
         assert api.sent[-1].context_token == newest and api.refused == []
 

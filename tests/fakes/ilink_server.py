@@ -521,6 +521,17 @@ class FakeILink:
                 self.refused.append((msg["to_user_id"], text, token, why))
         return web.json_response(answer)
 
+    def use_up(self, context_token: str) -> None:
+        """The user's message that brought ``context_token`` has had all its replies."""
+        with self._lock:
+            use = self.token_use[context_token]
+            use.extend([time.time()] * max(0, REPLIES_PER_TOKEN - (len(use) - 1)))
+
+    def revive(self, token: str) -> None:
+        """A bot token WeChat ended works again (the bot is bound here still: ``binded_redirect``)."""
+        with self._lock:
+            self.ended.discard(token)
+
     def age_tokens(self, seconds: float) -> None:
         """Every context token issued so far is ``seconds`` older (a day passes without the user writing)."""
         with self._lock:
