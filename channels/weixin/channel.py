@@ -36,12 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
-import os
-import sys
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,9 +63,10 @@ from channels.weixin.client import (
     SendRefused,
     SessionExpired,
 )
+from channels.weixin.held import HeldReplies
 from channels.weixin.login import Account, LoginFailed, LoginFiles, LoginState, QrLogin
 from channels.weixin.text import MESSAGE_LIMIT, take_piece
-from config.settings import atomic_write_json
+from channels.weixin.verify import VerifyCode
 from core.errors import BotError
 from core.messages import IncomingMessage
 from core.retry import RECEIVE, RetryPolicy, no_hint
@@ -90,8 +87,6 @@ AUDIO_FORMATS = {1: "pcm", 2: "adpcm", 4: "speex", 5: "amr", 6: "silk", 7: "mp3"
 MAX_MEDIA_BYTES = 20 * 1000 * 1000
 #: ``ret -2`` on a piece longer than this makes the pieces shorter; on one this short, the token is refused
 MIN_PIECE = 1000
-#: the replies WeChat refused for the token, until the user writes again
-HELD_DIR = "weixin_held"
 #: the content type of a reminder's journal row (reminders/firing.py)
 REMINDER = "reminder"
 #: replies whose later pieces are still to go (an outbox retry goes on from there): at most this many are kept
@@ -193,8 +188,10 @@ class WeixinChannel(BaseChannel):
         self._tokens: dict[str, tuple[str, float]] = {}
         #: (mtime, size) of the cursor file when its tokens were last read
         self._tokens_seen: tuple[int, int] | None = None
-        #: the verify code the login waits for (typed in the terminal or the web console)
-        self._code_wanted: asyncio.Future[str] | None = None
+        #: the number the login waits for (typed in the terminal or the web console)
+        self.verify = VerifyCode()
+        #: replies and reminders WeChat refused for the token, until the user writes again
+        self.held = HeldReplies(self.files.data_dir)
         self._held_tasks: set[asyncio.Task] = set()
         self._notified = False
         #: see :attr:`terminal` (decided at start)
@@ -418,63 +415,14 @@ class WeixinChannel(BaseChannel):
     @property
     def wants_verify_code(self) -> bool:
         """The login waits for the number WeChat shows on the phone (the web console shows a form for it)."""
-        return self._code_wanted is not None and not self._code_wanted.done()
+        return self.verify.wanted
 
     def enter_verify_code(self, code: str) -> bool:
-        """The number typed in the web console (or the terminal); False when no login is waiting for one."""
-        code = code.strip()
-        if not code or not self.wants_verify_code:
-            return False
-        assert self._code_wanted is not None
-        self._code_wanted.set_result(code)
-        return True
+        """The number typed in the web console; False when no login is waiting for one."""
+        return self.verify.enter(code)
 
     async def _ask_code(self, wrong: bool) -> str:
-        """Ask for the number the phone shows, in the terminal (when it is ours) and on the web console's WeChat
-        login page, as the plugin asks on stdin; the first answer from either is sent back."""
-        ask = ("The number did not match; type the number WeChat shows on the phone" if wrong
-               else "WeChat shows a number on the phone; type it here to connect the bot")
-        what = ("the number did not match; type the number WeChat shows on the phone again" if wrong
-                else "WeChat shows a number on the phone: type it to connect the bot")
-        loop = asyncio.get_running_loop()
-        self._code_wanted = wanted = loop.create_future()
-        reading = self.terminal and self._read_terminal(wanted)
-        if reading:
-            print(f"{ask}: ", end="", flush=True)  # noqa: T201 - the plugin's stdin prompt
-            logger.info("weixin: %s, in the terminal or on the web console's WeChat login page", what)
-        elif self.config.web_console_port:
-            logger.warning("weixin: %s, on the web console's WeChat login page (/weixin)", what)
-        else:
-            logger.warning("weixin: %s, but the web console is off (web_console_port 0) and no terminal reads it: "
-                           "set web_console_port, or start the bot in a terminal with weixin alone", what)
-        try:
-            return await wanted
-        finally:
-            self._code_wanted = None
-            if reading:
-                with contextlib.suppress(Exception):
-                    loop.remove_reader(sys.stdin.fileno())
-
-    def _read_terminal(self, wanted: asyncio.Future[str]) -> bool:
-        """Read one line typed in the terminal into ``wanted``; False when stdin cannot be watched."""
-        typed = bytearray()
-
-        def readable() -> None:
-            try:
-                chunk = os.read(fd, 1024)
-            except OSError:
-                chunk = b""
-            typed.extend(chunk)
-            if (b"\n" in typed or not chunk) and not wanted.done():
-                asyncio.get_running_loop().remove_reader(fd)
-                wanted.set_result(typed.split(b"\n")[0].decode(errors="replace").strip())
-
-        try:
-            fd = sys.stdin.fileno()
-            asyncio.get_running_loop().add_reader(fd, readable)
-        except (AttributeError, OSError, ValueError, NotImplementedError, RuntimeError):
-            return False
-        return True
+        return await self.verify.ask(wrong, terminal=self.terminal, console=bool(self.config.web_console_port))
 
     # --- context tokens -------------------------------------------------------------------------
     def _load_tokens(self) -> None:
@@ -505,54 +453,43 @@ class WeixinChannel(BaseChannel):
         return best[0] if best is not None else own
 
     # --- replies WeChat refused for the token: kept until the user writes again ---------------------
-    def _held_dir(self, user: str) -> Path:
-        return self.files.data_dir / HELD_DIR / hashlib.sha256(user.encode()).hexdigest()[:24]
-
     def _hold(self, to: IncomingMessage, rest: str, exc: SendRefused) -> None:
         """Keep what WeChat would not take with the user's token, for when the user next writes."""
-        folder = self._held_dir(to.user_id)
         kind = "reminder" if to.content_type == REMINDER else "reply"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-        atomic_write_json(path, {"user_id": to.user_id, "text": rest, "kind": kind})
+        self.held.keep(to.user_id, rest, kind)
         logger.warning("weixin: WeChat refused the %s to %s (ret %d %s: the user's context token is used up or "
                        "older than 24 hours); it is kept and sent when they next write", kind, to.user_id, exc.ret,
                        exc.errmsg or "without a reason")
 
     def _send_held_later(self, user: str) -> None:
-        folder = self._held_dir(user)
-        if not folder.is_dir() or not any(folder.glob("*.json")):
+        waiting = self.held.waiting(user)
+        if not waiting:
             return
-        task = asyncio.create_task(self._send_held(user, folder), name="weixin:held")
+        task = asyncio.create_task(self._send_held(user, waiting), name="weixin:held")
         self._held_tasks.add(task)
         task.add_done_callback(self._held_tasks.discard)
 
-    async def _send_held(self, user: str, folder: Path) -> None:
+    async def _send_held(self, user: str, waiting: list[Path]) -> None:
         """Send what was kept for ``user``, oldest first, with the token their new message brought; what fails
         again stays kept (for their next message: never a retry loop)."""
-        for path in sorted(folder.glob("*.json")):  # noqa: ASYNC240 - a few small files of one user
+        for path in waiting:
             try:
-                held = json.loads(path.read_text(encoding="utf-8"))
+                held = self.held.load(path)
                 to = IncomingMessage(channel=self.name, chat_id=user, user_id=user, text="",
-                                     message_id=f"held-{path.stem}", extra={})
-                rest = await self._put_out(self._client(), to, str(held.get("text") or ""),
-                                           lambda rest, path=path, held=held: self._rekeep(path, held, rest))
+                                     message_id=f"held-{path.stem}")
+                refused = await self._put_out(self._client(), to, str(held.get("text") or ""),
+                                              lambda rest, path=path, held=held: self.held.rest(path, held, rest))
             except (*NETWORK_ERRORS, ILinkError, NotLoggedIn, OSError, ValueError) as exc:
-                logger.info("weixin: a kept %s to %s did not go out yet (%s); it waits for their next message",
-                            "message", user, exc)
+                logger.info("weixin: a kept message to %s did not go out yet (%s); it waits for their next message",
+                            user, exc)
                 return
-            if rest:
+            if refused:
                 logger.info("weixin: WeChat refused the kept message to %s again; it waits for their next message",
                             user)
                 return
-            path.unlink(missing_ok=True)
+            self.held.sent(path)
             logger.info("weixin: the kept %s to %s went out with their new message", held.get("kind", "message"),
                         user)
-
-    @staticmethod
-    def _rekeep(path: Path, held: dict[str, Any], rest: str) -> None:
-        if rest:
-            atomic_write_json(path, {**held, "text": rest})
 
     # --- sending --------------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:
