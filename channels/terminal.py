@@ -91,8 +91,7 @@ def screen_is_ours(cfg: Config) -> bool:
             factory = channel_factory(name)
         except Exception:  # noqa: BLE001 - a channel that cannot load says so elsewhere
             continue
-        owns = getattr(factory, "owns_terminal", None)
-        if callable(owns) and owns(cfg):
+        if isinstance(factory, type) and issubclass(factory, BaseChannel) and factory.owns_terminal(cfg):
             return True
     return False
 

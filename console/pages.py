@@ -129,10 +129,8 @@ async def weixin_page(request: web.Request) -> web.StreamResponse:
     channel = next((c for c in console.channels if c.name == "weixin"), None)
     qr = channel.login_qr if channel is not None else None
     if qr:
-        wants_code = bool(getattr(channel, "wants_verify_code", False))
-        state = str(getattr(channel, "login_state", ""))
-        return console.render(request, "weixin.html", title="WeChat login", qr=qr, wants_code=wants_code,
-                              blocked=state == "blocked", wrong=request.query.get("wrong") == "1")
+        return console.render(request, "weixin.html", title="WeChat login", qr=qr, question=channel.login_question,
+                              wrong=request.query.get("wrong") == "1")
     if channel is None:
         message = ("The weixin channel (WeChat's official bot API) is not running in this bot, so there is no "
                    "login QR code to show. When it runs and needs a login, its QR code appears here.")
@@ -146,7 +144,6 @@ async def weixin_code(request: web.Request) -> web.StreamResponse:
     console = console_of(request)
     channel = next((c for c in console.channels if c.name == "weixin"), None)
     code = str((await request.post()).get("code") or "").strip()
-    enter = getattr(channel, "enter_verify_code", None)
-    if not code.isdigit() or len(code) > 16 or enter is None or not enter(code):
+    if not code.isdigit() or len(code) > 16 or channel is None or not channel.answer_login(code):
         raise web.HTTPSeeOther("/weixin?wrong=1")
     raise web.HTTPSeeOther("/weixin")

@@ -414,11 +414,20 @@ class WeixinChannel(BaseChannel):
     # --- the number the phone shows at login (need_verifycode) -------------------------------------
     @property
     def wants_verify_code(self) -> bool:
-        """The login waits for the number WeChat shows on the phone (the web console shows a form for it)."""
+        """The login waits for the number WeChat shows on the phone."""
         return self.verify.wanted
 
-    def enter_verify_code(self, code: str) -> bool:
+    @property
+    def login_question(self) -> str | None:
+        """The number WeChat shows on the phone, while the login waits for it (the web console asks for it)."""
+        return "WeChat shows a number on the phone. Type it here to connect the bot." if self.verify.wanted else None
+
+    def answer_login(self, answer: str) -> bool:
         """The number typed in the web console; False when no login is waiting for one."""
+        return self.verify.enter(answer)
+
+    def enter_verify_code(self, code: str) -> bool:
+        """The number typed (the web console, a test); False when no login is waiting for one."""
         return self.verify.enter(code)
 
     async def _ask_code(self, wrong: bool) -> str:

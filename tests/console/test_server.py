@@ -109,6 +109,7 @@ class WaitingWeixin:
     name: str = "weixin"
     failure: str | None = None
     login_qr: str | None = "data:image/png;base64,iVBORw0KGgo="
+    login_question: str | None = None
 
 
 async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan(tmp_path: Path) -> None:
@@ -137,15 +138,14 @@ async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan
 class AskingWeixin(WaitingWeixin):
     """A weixin channel whose login waits for the number the phone shows."""
 
-    wants_verify_code: bool = True
-    login_state: str = "need_code"
+    login_question: str | None = "WeChat shows a number on the phone. Type it here to connect the bot."
     entered: list[str] | None = None
 
-    def enter_verify_code(self, code: str) -> bool:
-        if not self.wants_verify_code:
+    def answer_login(self, answer: str) -> bool:
+        if self.login_question is None:
             return False
-        self.entered = [*(self.entered or []), code]
-        self.wants_verify_code = False
+        self.entered = [*(self.entered or []), answer]
+        self.login_question = None
         return True
 
 
