@@ -27,7 +27,7 @@ from bootstrap.preflight import (
 )
 from bootstrap.runner import App
 from channels.registry import check_channel_type
-from channels.terminal import stdin_is_terminal
+from channels.terminal import screen_is_ours
 from config.settings import load_config
 from core import heap
 from core.errors import ConfigError
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return SETUP_ERROR
-    interactive = "terminal" in cfg.channels and stdin_is_terminal()
+    interactive = screen_is_ours(cfg)
     redact = setup_logging(cfg, quiet_console=interactive)
     if created:
         logger.info("created %s with the default settings (git ignores it)", path)

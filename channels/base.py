@@ -53,6 +53,22 @@ class BaseChannel(ABC):
         shows it)."""
         return None
 
+    @property
+    def login_question(self) -> str | None:
+        """What the login asks the operator to type now (WeChat's number shown on the phone), or None (the web
+        console shows a form for it and hands the answer to :meth:`answer_login`)."""
+        return None
+
+    def answer_login(self, answer: str) -> bool:
+        """The operator's answer to :attr:`login_question`; False when none is asked or the answer is blank."""
+        return False
+
+    @classmethod
+    def owns_terminal(cls, cfg: Config) -> bool:
+        """This channel draws on the operator's terminal when run with ``cfg`` (a chat window, a login QR code):
+        log lines below WARNING then stay in bot.log, off the screen."""
+        return False
+
     @classmethod
     def preflight(cls, cfg: Config) -> str | None:
         """Why this channel cannot run with ``cfg`` (one line, e.g. a missing token), checked at start before

@@ -54,14 +54,18 @@ THINKING_SECONDS = 6.0
 HISTORY_FILE = "terminal_history"
 
 
-def start_banner(cfg: Config, window: str = "") -> str:
+#: The banner's last line in the terminal channel.
+TERMINAL_HINT = "Type a message and press Enter. /help lists the commands; Ctrl-D quits."
+
+
+def start_banner(cfg: Config, window: str = "", hint: str = TERMINAL_HINT) -> str:
     """The lines shown when the terminal starts: model, endpoint, its window (and where it came from), data
-    folder, and how to get help or quit."""
+    folder, and what to do (``hint``: how to get help or quit, or a channel's own, e.g. WeChat's login)."""
     return "\n".join([
         f"longchat: model {cfg.model} at {cfg.open_ai_api_base}",
         *([f"context window: {window}"] if window else []),
         f"data folder: {cfg.data_path()}",
-        "Type a message and press Enter. /help lists the commands; Ctrl-D quits.",
+        hint,
     ])
 
 
@@ -76,6 +80,21 @@ def stdin_is_terminal() -> bool:
 def _no_command(line: str) -> bool:
     """Keep a line unless it is a command (which might carry a secret), when the commands' rule is not known."""
     return not line.lstrip().startswith("/")
+def screen_is_ours(cfg: Config) -> bool:
+    """True when this process runs on a terminal its channels draw on (the chat window, a login QR code): log
+    lines below WARNING then stay in bot.log, off the screen."""
+    from channels.registry import channel_factory
+
+    if not stdin_is_terminal():
+        return False
+    for name in cfg.channels:
+        try:
+            factory = channel_factory(name)
+        except Exception:  # noqa: BLE001 - a channel that cannot load says so elsewhere
+            continue
+        if isinstance(factory, type) and issubclass(factory, BaseChannel) and factory.owns_terminal(cfg):
+            return True
+    return False
 
 
 @register_channel("terminal")
@@ -84,6 +103,11 @@ class TerminalChannel(BaseChannel):
 
     name = "terminal"
     operator_only = True
+
+    @classmethod
+    def owns_terminal(cls, cfg: Config) -> bool:
+        """The chat window is the terminal."""
+        return True
 
     def __init__(self, stdin=None, stdout=None, interactive: bool | None = None,
                  config: Config | None = None, window: Callable[[str], str] | None = None,

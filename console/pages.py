@@ -27,6 +27,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/logout", logout)
     router.add_get("/reminders", reminders_page)
     router.add_get("/weixin", weixin_page)
+    router.add_post("/weixin/code", weixin_code)
 
 
 # --- login --------------------------------------------------------------------------------------------
@@ -126,10 +127,21 @@ async def weixin_page(request: web.Request) -> web.StreamResponse:
     channel = next((c for c in console.channels if c.name == "weixin"), None)
     qr = channel.login_qr if channel is not None else None
     if qr:
-        return console.render(request, "weixin.html", title="WeChat login", qr=qr)
+        return console.render(request, "weixin.html", title="WeChat login", qr=qr, question=channel.login_question,
+                              wrong=request.query.get("wrong") == "1")
     if channel is None:
         message = ("The weixin channel (WeChat's official bot API) is not running in this bot, so there is no "
                    "login QR code to show. When it runs and needs a login, its QR code appears here.")
     else:
         message = "The weixin channel is logged in: there is no QR code to scan."
     return console.render(request, "placeholder.html", title="WeChat login", message=message)
+
+
+async def weixin_code(request: web.Request) -> web.StreamResponse:
+    """The number WeChat shows on the phone during the login (``need_verifycode``), handed to the channel."""
+    console = console_of(request)
+    channel = next((c for c in console.channels if c.name == "weixin"), None)
+    code = str((await request.post()).get("code") or "").strip()
+    if not code.isdigit() or len(code) > 16 or channel is None or not channel.answer_login(code):
+        raise web.HTTPSeeOther("/weixin?wrong=1")
+    raise web.HTTPSeeOther("/weixin")

@@ -138,12 +138,12 @@ class WebConsole:
     def _say(self, line: str, *, terminal: bool = True) -> None:
         """One line in bot.log, and on an interactive terminal above the prompt (INFO lines stay off it)."""
         logger.info("%s", line)
-        cfg = self.services.config()
-        if terminal and "terminal" in cfg.channels:
-            from channels.terminal import stdin_is_terminal
+        if not terminal:
+            return
+        from channels.terminal import screen_is_ours
 
-            if stdin_is_terminal():
-                print(line, file=sys.stdout, flush=True)  # noqa: T201 - the start banner's line
+        if screen_is_ours(self.services.config()):  # INFO lines stay off such a terminal: show this one there
+            print(line, file=sys.stdout, flush=True)  # noqa: T201 - the start banner's line
 
     def new_link(self, asked_by: str) -> str:
         """``/console``: a new one-time link (any unused one stops working), said in bot.log and on the terminal;

@@ -20,6 +20,8 @@ a Telegram flood limit (429)    python-telegram-bot's ``AIORateLimiter``     :da
 a reply the platform did not    the outbox (``dispatcher/outbox.py``)        :data:`DELIVERY`: until it is sent
 take (5xx, timeout, network)
 the database went away          ``dispatcher/db_retry.py``                   :data:`DATABASE`
+a long poll or QR login that    the channel's receive loop                   :data:`RECEIVE`: until it answers
+cannot reach the platform       (``channels/weixin/channel.py``)
 =============================== ============================================ =================================
 """
 
@@ -155,5 +157,8 @@ SUMMARY_CALL = RetryPolicy(attempts=3, first=1.0, cap=30.0, deadline=120.0)
 FLOOD_LIMIT = RetryPolicy(attempts=3)
 #: A reply: sent until the platform takes it, 1 s doubling to a minute; the platform's own wait is honoured.
 DELIVERY = RetryPolicy(attempts=None, first=1.0, cap=60.0)
+#: A receive loop (long poll, QR login) that cannot reach its platform: tried until it answers, 1 s doubling to
+#: 30 s (jittered), so a bot left running through an outage polls again within half a minute of its end.
+RECEIVE = RetryPolicy(attempts=None, first=1.0, cap=30.0)
 #: The database went away (a PostgreSQL restart takes seconds): 30 retries, 1 s apart.
 DATABASE = RetryPolicy(attempts=31, first=1.0, factor=1.0, cap=1.0, jitter=False)

@@ -2,9 +2,15 @@
 
 The protocol, as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its public descriptions give it:
 
-- ``GET ilink/bot/get_bot_qrcode?bot_type=3`` -> ``{"qrcode", "qrcode_img_content"}``: a login QR code;
-- ``GET ilink/bot/get_qrcode_status?qrcode=…`` (held up to about 35 s) -> ``{"status": "wait" | "scaned" |
-  "confirmed" | "expired" | "scaned_but_redirect", "bot_token", "ilink_bot_id", "baseurl", "ilink_user_id"}``;
+- ``POST ilink/bot/get_bot_qrcode?bot_type=3`` ``{"local_token_list": [the bot tokens kept here, newest first,
+  at most 10]}`` (no ``base_info``, no ``Authorization``) -> ``{"qrcode", "qrcode_img_content"}``: a login QR
+  code; an older server that knows only ``GET ilink/bot/get_bot_qrcode?bot_type=3`` answers the POST 404/405;
+- ``GET ilink/bot/get_qrcode_status?qrcode=…[&verify_code=…]`` (held up to about 35 s) -> ``{"status": "wait" |
+  "scaned" | "confirmed" | "expired" | "scaned_but_redirect" | "need_verifycode" | "verify_code_blocked" |
+  "binded_redirect", "bot_token", "ilink_bot_id", "baseurl", "ilink_user_id", "redirect_host"}``; after
+  ``need_verifycode`` the next poll carries the number the phone shows as ``verify_code``;
+- ``POST ilink/bot/msg/notifystart`` and ``ilink/bot/msg/notifystop`` ``{"base_info"}``: the bot starts and
+  stops receiving (a failure is only logged);
 - ``POST ilink/bot/getupdates`` ``{"get_updates_buf", "base_info"}`` (a long poll) -> ``{"ret", "msgs",
   "get_updates_buf", "longpolling_timeout_ms"}``;
 - ``POST ilink/bot/sendmessage`` ``{"msg": {…, "client_id", "context_token", "item_list"}, "base_info"}``;
@@ -27,12 +33,16 @@ The protocol, as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its p
 
 Every POST carries ``AuthorizationType: ilink_bot_token``, ``Authorization: Bearer <bot token>`` and
 ``X-WECHAT-UIN`` (base64 of a random uint32 in decimal). A non-zero ``ret`` or ``errcode`` is an error;
-``-14`` means WeChat ended the session, and only a new QR login helps (:class:`SessionExpired`).
+``-14`` means WeChat ended the session, and only a new QR login helps (:class:`SessionExpired`). ``sendmessage``
+answers ``ret -2`` (often with ``errmsg`` "prepare failed", often with none) when it will not take a message: a text
+too long for it, or a ``context_token`` used up (about 10 replies) or too old (about 24 hours after the user's last
+message) (:class:`SendRefused`).
 
 Exceptions::
 
     ILinkError              the API answered with a non-zero ret/errcode
-     └── SessionExpired     errcode -14: log in again
+     ├── SessionExpired     errcode -14: log in again
+     └── SendRefused        ret -2 of sendmessage: shorter, or with a newer context token
     ILinkHTTPError          an HTTP status other than 200 (5xx are worth retrying)
 
 Network failures are aiohttp's own (``aiohttp.ClientError``) and ``TimeoutError``. Nothing here logs the bot
@@ -70,8 +80,16 @@ LONG_POLL_S = 35.0
 POLL_MARGIN_S = 5.0
 #: seconds an ordinary call (send, typing, config) may take
 CALL_TIMEOUT_S = 15.0
+#: seconds notifystart / notifystop may take (the plugin's lightweight-call timeout)
+NOTIFY_TIMEOUT_S = 10.0
+#: HTTP statuses of a server that does not know the POST form of get_bot_qrcode
+OLD_SERVER = (404, 405, 501)
 #: errcode: WeChat ended the bot's session
 SESSION_EXPIRED = -14
+#: ret of a message WeChat will not take ("prepare failed": too long, or its context token is used up or old)
+SEND_REFUSED = -2
+#: the most bot tokens a QR code request names in ``local_token_list``
+LOCAL_TOKENS = 10
 #: item types of a message
 TEXT_ITEM, IMAGE_ITEM, VOICE_ITEM, FILE_ITEM, VIDEO_ITEM = 1, 2, 3, 4, 5
 #: message_type: sent by a person, sent by a bot; message_state: finished
@@ -162,6 +180,11 @@ class SessionExpired(ILinkError):
     """errcode -14: WeChat ended the bot's session; only a new QR login helps."""
 
 
+class SendRefused(ILinkError):
+    """ret -2 of ``sendmessage``: WeChat will not take this message (too long, or its context token is used up
+    or too old)."""
+
+
 class ILinkHTTPError(BotError):
     """The API answered with an HTTP status other than 200."""
 
@@ -201,6 +224,8 @@ def check(what: str, data: Any) -> dict[str, Any]:
     ret, errcode = _int(data.get("ret")), _int(data.get("errcode"))
     if SESSION_EXPIRED in (ret, errcode):
         raise SessionExpired(what, ret, errcode, str(data.get("errmsg") or ""))
+    if what == "sendmessage" and ret == SEND_REFUSED:
+        raise SendRefused(what, ret, errcode, str(data.get("errmsg") or ""))
     if ret or errcode:
         raise ILinkError(what, ret, errcode, str(data.get("errmsg") or ""))
     return data
@@ -229,8 +254,11 @@ class ILinkClient:
         return {"iLink-App-Id": APP_ID, "iLink-App-ClientVersion": CLIENT_VERSION}
 
     def _headers(self) -> dict[str, str]:
-        return {"Content-Type": "application/json", "AuthorizationType": "ilink_bot_token",
-                "Authorization": f"Bearer {self.token}", "X-WECHAT-UIN": wechat_uin(), **self._app_headers()}
+        headers = {"Content-Type": "application/json", "AuthorizationType": "ilink_bot_token",
+                   "X-WECHAT-UIN": wechat_uin(), **self._app_headers()}
+        if self.token:  # the plugin sends none before a login (get_bot_qrcode)
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
 
     async def _get(self, what: str, path: str, params: dict[str, str], limit_s: float) -> dict[str, Any]:
         async with self.session.get(self._url(path), params=params, headers=self._app_headers(),
@@ -239,9 +267,11 @@ class ILinkClient:
                 raise ILinkHTTPError(what, resp.status)
             return check(what, await resp.json(content_type=None))
 
-    async def _post(self, what: str, path: str, body: dict[str, Any], limit_s: float) -> dict[str, Any]:
-        body = {**body, "base_info": {"channel_version": CHANNEL_VERSION}}
-        async with self.session.post(self._url(path), json=body, headers=self._headers(),
+    async def _post(self, what: str, path: str, body: dict[str, Any], limit_s: float, *,
+                    params: dict[str, str] | None = None, base_info: bool = True) -> dict[str, Any]:
+        if base_info:
+            body = {**body, "base_info": {"channel_version": CHANNEL_VERSION}}
+        async with self.session.post(self._url(path), json=body, headers=self._headers(), params=params,
                                      timeout=aiohttp.ClientTimeout(total=limit_s)) as resp:
             if resp.status != 200:
                 raise ILinkHTTPError(what, resp.status)
@@ -250,22 +280,35 @@ class ILinkClient:
         return check(what, _json(text) if text.strip() else {})
 
     # --- login ----------------------------------------------------------------------------------
-    async def get_qrcode(self) -> QrCode:
-        """A fresh login QR code."""
-        data = await self._get("get_bot_qrcode", "ilink/bot/get_bot_qrcode", {"bot_type": BOT_TYPE}, CALL_TIMEOUT_S)
+    async def get_qrcode(self, local_tokens: list[str] | None = None) -> QrCode:
+        """A fresh login QR code, asked for as the plugin does (a POST naming the bot tokens kept here, so WeChat
+        can tell a bot it knows); an older server that has only the GET form is asked that way."""
+        what, path, params = "get_bot_qrcode", "ilink/bot/get_bot_qrcode", {"bot_type": BOT_TYPE}
+        try:
+            data = await self._post(what, path, {"local_token_list": (local_tokens or [])[:LOCAL_TOKENS]},
+                                    CALL_TIMEOUT_S, params=params, base_info=False)
+        except ILinkHTTPError as exc:
+            if exc.status not in OLD_SERVER:
+                raise
+            data = await self._get(what, path, params, CALL_TIMEOUT_S)
         qrcode, content = str(data.get("qrcode") or ""), str(data.get("qrcode_img_content") or "")
         if not qrcode or not content:
             raise ILinkError("get_bot_qrcode", -1, -1, "no QR code in the answer")
         return QrCode(qrcode, content)
 
-    async def qrcode_status(self, qrcode: str, hold_s: float = LONG_POLL_S) -> dict[str, Any]:
+    async def qrcode_status(self, qrcode: str, verify_code: str = "", hold_s: float = LONG_POLL_S) -> dict[str, Any]:
         """The QR code's status (held by the server until it changes or about 35 s pass); "wait" when the
-        hold ends without an answer."""
+        hold ends without an answer. ``verify_code``: the number the phone showed, after ``need_verifycode``."""
+        params = {"qrcode": qrcode, **({"verify_code": verify_code} if verify_code else {})}
         try:
-            return await self._get("get_qrcode_status", "ilink/bot/get_qrcode_status", {"qrcode": qrcode},
-                                   hold_s + POLL_MARGIN_S)
+            return await self._get("get_qrcode_status", "ilink/bot/get_qrcode_status", params, hold_s + POLL_MARGIN_S)
         except TimeoutError:
             return {"status": "wait"}
+
+    async def notify(self, event: str) -> None:
+        """Tell WeChat the bot starts (``notifystart``) or stops (``notifystop``) receiving, as the plugin does
+        around its long poll."""
+        await self._post(event, f"ilink/bot/msg/{event}", {}, NOTIFY_TIMEOUT_S)
 
     # --- messages -------------------------------------------------------------------------------
     async def get_updates(self, cursor: str, hold_s: float = LONG_POLL_S) -> Updates:

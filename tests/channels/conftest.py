@@ -10,6 +10,7 @@ import pytest
 from channels.weixin import channel as weixin_channel
 from channels.weixin.login import QrLogin
 from config.settings import Config
+from core.retry import RECEIVE
 from tests.channels.wechat_harness import Harness, Login, logs_in, make_core
 from tests.fakes.ilink_server import FakeILink
 
@@ -35,7 +36,6 @@ async def h1(cfg: Config):
 def api(monkeypatch):
     """WeChat's bot API, faked, with the channel's status polls and backoff in tens of milliseconds."""
     monkeypatch.setattr(QrLogin, "poll_interval", 0.02)
-    monkeypatch.setattr(weixin_channel, "BACKOFF_FIRST_S", 0.02)
-    monkeypatch.setattr(weixin_channel, "BACKOFF_MAX_S", 0.05)
+    monkeypatch.setattr(weixin_channel.WeixinChannel, "receive_retry", RECEIVE.but(first=0.02, cap=0.05))
     with FakeILink(hold_s=0.3, qr_hold_s=0.3) as server:
         yield server

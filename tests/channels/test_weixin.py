@@ -306,3 +306,217 @@ async def test_a_bot_left_waiting_for_a_scan_announces_only_the_first_codes_loud
         await bot.channel.stop()
     levels = [r.levelname for r in caplog.records if "scan the QR code" in r.getMessage()]
     assert levels == ["WARNING"] * 3 + ["INFO"] * 3
+
+
+async def test_a_failed_later_piece_is_sent_again_alone(api, tmp_path):
+    """Issue 40: a 5xx on the second piece resent the first one with the whole answer."""
+    from channels.weixin.client import ILinkHTTPError
+
+    bot = await logged_in(api, tmp_path)
+    try:
+        api.push_text(USER, "long please")
+        await until(lambda: len(bot.received) == 1)
+        answer = "\n\n".join(f"part {i} " + "x" * 2990 for i in range(3))  # three pieces
+        api.fail_sendmessage = {api.sendmessage_calls + 2}  # the second piece's first try: 502
+        with pytest.raises(ILinkHTTPError):
+            await bot.channel.send(bot.received[0], answer)
+        await bot.channel.send(bot.received[0], answer)  # the outbox's retry
+        sent = api.sent_to(USER)[1:]
+        assert [s[:6] for s in sent] == ["part 0", "part 1", "part 2"]
+        assert "\n\n".join(sent) == answer
+        await bot.channel.send(bot.received[0], answer)  # the same answer again later: sent whole again
+        assert len(api.sent_to(USER)) == 7
+    finally:
+        await bot.channel.stop()
+
+
+async def test_prepare_failed_on_a_long_piece_makes_the_pieces_shorter(api, tmp_path, caplog):
+    bot = await logged_in(api, tmp_path)
+    try:
+        api.max_text = 1500  # this server takes less than the plugin's 4,000
+        api.push_text(USER, "long please")
+        await until(lambda: len(bot.received) == 1)
+        answer = " ".join(f"w{i:04d}" for i in range(700))  # 4,199 characters
+        await bot.channel.send(bot.received[0], answer)
+        sent = api.sent_to(USER)[1:]
+        assert all(len(s) <= 1500 for s in sent) and " ".join(sent) == answer
+        assert [why for *_, why in api.refused] == ["too long", "too long"]  # 4,000, then 2,000, then 1,000s
+        refused = len(api.refused)
+        await bot.channel.send(bot.received[0], "y" * 1800)  # later replies use the length that went through
+        assert len(api.refused) == refused and api.sent_to(USER)[-2:] == ["y" * 1000, "y" * 800]
+    finally:
+        await bot.channel.stop()
+    assert caplog.text.count("WeChat takes pieces of 1000 characters") == 1
+
+
+async def test_a_reply_uses_the_users_newest_context_token(api, tmp_path):
+    bot = await logged_in(api, tmp_path)
+    try:
+        api.push_text(USER, "first")
+        api.push_text(USER, "second")
+        await until(lambda: len(bot.received) == 2)
+        newest = bot.received[1].extra["context_token"]
+        await bot.channel.send(bot.received[0], "late answer to the first")
+        assert api.sent[-1].context_token == newest
+        await until(lambda: json.loads((tmp_path / "weixin_cursor.json").read_text())
+                    .get("context_tokens", {}).get(USER, {}).get("token") == newest)
+        # another process (a follower) sends with the newest token too, read from data_dir
+        other = Bot(api, tmp_path)
+        await other.channel.start(intake=False)
+        try:
+            await other.channel.send(bot.received[0], "from the other process")
+            assert api.sent[-1].context_token == newest
+        finally:
+            await other.channel.stop()
+    finally:
+        await bot.channel.stop()
+
+
+async def test_a_reminder_refused_for_its_token_waits_for_the_users_next_message(api, tmp_path, caplog):
+    bot = await logged_in(api, tmp_path)
+    try:
+        api.push_text(USER, "remind me")
+        await until(lambda: api.sent_to(USER) == ["echo: remind me"])
+        api.age_tokens(25 * 3600)  # a day passes without the user writing
+        reminder = IncomingMessage(channel="weixin", chat_id=USER, user_id=USER, text="", content_type="reminder",
+                                   message_id="reminder-1-1", extra=dict(bot.received[0].extra))
+        await bot.channel.send(reminder, "⏰ Reminder: stretch")  # refused: kept, not raised (no outbox retry)
+        assert api.sent_to(USER) == ["echo: remind me"] and len(api.refused) == 1
+        await asyncio.sleep(0.3)
+        assert len(api.refused) == 1, "not retried in a loop"
+        api.push_text(USER, "back")
+        await until(lambda: len(api.sent_to(USER)) == 3)
+        assert sorted(api.sent_to(USER)[1:]) == ["echo: back", "⏰ Reminder: stretch"]
+        assert not list((tmp_path / "weixin_held").rglob("*.json"))
+    finally:
+        await bot.channel.stop()
+    kept = [r for r in caplog.records if "it is kept and sent when they next write" in r.getMessage()]
+    assert len(kept) == 1 and kept[0].levelname == "WARNING"
+
+
+async def test_notifystart_when_receiving_starts_and_notifystop_when_it_stops(api, tmp_path):
+    bot = await logged_in(api, tmp_path)
+    await until(lambda: api.notified == ["notifystart"])
+    await bot.channel.stop()
+    assert api.notified == ["notifystart", "notifystop"]
+    assert api.violations == []
+
+
+async def test_the_qr_code_is_asked_for_by_post_with_the_kept_token_and_by_get_from_an_older_server(api, tmp_path):
+    bot = await logged_in(api, tmp_path)
+    token = api.tokens[0]
+    try:
+        api.end_session()  # a new login follows: WeChat is told the token kept here
+        await asyncio.to_thread(api.wait_for_qr, 2)
+    finally:
+        await bot.channel.stop()
+    assert api.qr_requests == [("POST", []), ("POST", [token])]
+    api.post_qrcode = False
+    (tmp_path / "weixin_account.json").unlink(missing_ok=True)
+    older = Bot(api, tmp_path)
+    await older.channel.start()
+    try:
+        await asyncio.to_thread(api.wait_for_qr, 3)
+    finally:
+        await older.channel.stop()
+    assert api.qr_requests[-1] == ("GET", None)
+    assert api.violations == []
+
+
+async def test_need_verifycode_asks_for_the_number_and_sends_it_back_until_it_is_right(api, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    bot = Bot(api, tmp_path)
+    await bot.channel.start()
+    try:
+        await asyncio.to_thread(api.wait_for_qr, 1)
+        api.set_qr("need_verifycode", verify="482913")
+        await until(lambda: bot.channel.wants_verify_code)
+        assert bot.channel.login_state is LoginState.NEED_CODE
+        assert bot.channel.enter_verify_code("111111")  # a wrong number: asked again
+        await until(lambda: bot.channel.wants_verify_code and api.codes[0].codes_given == ["111111"])
+        assert bot.channel.enter_verify_code(" 482913 ")
+        await until(lambda: api.codes[0].reported == "scaned")
+        assert not bot.channel.wants_verify_code and not bot.channel.enter_verify_code("482913")
+        api.set_qr("confirmed")
+        await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
+    finally:
+        await bot.channel.stop()
+    assert api.codes[0].codes_given == ["111111", "482913"]
+    asked = [r.getMessage() for r in caplog.records if "WeChat shows a number" in r.getMessage()
+             or "the number did not match" in r.getMessage()]
+    assert len(asked) == 2 and "did not match" in asked[1]
+    assert "the number was right" in caplog.text
+
+
+async def test_verify_code_blocked_says_so_stops_asking_and_shows_a_fresh_code(api, tmp_path, caplog):
+    bot = Bot(api, tmp_path)
+    await bot.channel.start()
+    try:
+        await asyncio.to_thread(api.wait_for_qr, 1)
+        api.set_qr("need_verifycode")
+        for wrong in ("1", "2", "3"):
+            await until(lambda: bot.channel.wants_verify_code)
+            assert bot.channel.enter_verify_code(wrong)
+            await until(lambda: not bot.channel.wants_verify_code)
+        await asyncio.to_thread(api.wait_for_qr, 2)
+        await asyncio.sleep(0.2)
+        assert not bot.channel.wants_verify_code  # no more asking
+        await asyncio.to_thread(api.confirm_qr)
+        await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
+    finally:
+        await bot.channel.stop()
+    blocked = [r for r in caplog.records if "blocked this login after too many wrong numbers" in r.getMessage()]
+    assert len(blocked) == 1 and blocked[0].levelname == "WARNING"
+
+
+async def test_scaned_but_redirect_polls_the_named_host(api, tmp_path):
+    bot = Bot(api, tmp_path)
+    await bot.channel.start()
+    try:
+        await asyncio.to_thread(api.wait_for_qr, 1)
+        api.set_qr("scaned_but_redirect")
+        await until(lambda: api.idc_port in api.status_ports)
+        api.set_qr("confirmed")
+        await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
+        at = api.status_ports.index(api.idc_port)
+        assert set(api.status_ports[at:]) == {api.idc_port}, "every poll after the redirect went to the other host"
+        api.push_text(USER, "hi")
+        assert await asyncio.to_thread(api.wait_sent, USER, 1) == ["echo: hi"]
+    finally:
+        await bot.channel.stop()
+
+
+async def test_confirmed_without_a_bot_id_is_a_failed_login_and_a_fresh_code(api, tmp_path, caplog):
+    bot = Bot(api, tmp_path)
+    await bot.channel.start()
+    try:
+        await asyncio.to_thread(api.wait_for_qr, 1)
+        api.set_qr("confirmed", without_bot_id=True)
+        await asyncio.to_thread(api.wait_for_qr, 2)
+        assert bot.channel.login_state is not LoginState.CONFIRMED
+        assert not (tmp_path / "weixin_account.json").exists()
+        await asyncio.to_thread(api.confirm_qr)
+        await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
+    finally:
+        await bot.channel.stop()
+    failed = [r for r in caplog.records if "the login failed" in r.getMessage()]
+    assert len(failed) == 1 and "without its ilink_bot_id" in failed[0].getMessage()
+    assert failed[0].levelname == "ERROR"
+
+
+async def test_binded_redirect_takes_the_login_kept_here_back(api, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    bot = await logged_in(api, tmp_path)
+    token = api.tokens[0]
+    try:
+        api.end_session()
+        await asyncio.to_thread(api.wait_for_qr, 2)
+        api.revive(token)  # WeChat: this bot is bound here already, and its token works again
+        api.set_qr("binded_redirect")
+        await until(lambda: bot.channel.login_state is LoginState.CONFIRMED)
+        api.push_text(USER, "still me")
+        assert await asyncio.to_thread(api.wait_sent, USER, 1) == ["echo: still me"]
+    finally:
+        await bot.channel.stop()
+    assert len(api.tokens) == 1 and json.loads((tmp_path / "weixin_account.json").read_text())["bot_token"] == token
+    assert "connected already" in caplog.text

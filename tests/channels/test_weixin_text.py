@@ -34,3 +34,15 @@ def test_ten_thousand_characters_keep_every_word_in_order():
 def test_blank_pieces_are_not_sent():
     assert split_text("") == []
     assert split_text("\n\n\n") == []
+
+
+def test_take_piece_gives_one_piece_and_the_rest_after_it():
+    from channels.weixin.text import take_piece
+
+    text = "a" * 2500 + "\n\n" + "b" * 2000
+    assert take_piece(text) == ("a" * 2500, "b" * 2000)
+    assert take_piece("short") == ("short", "")
+    assert take_piece("\n\n \n") == ("", "")
+    piece, rest = take_piece("x" * 1000 + " " + "y" * 1500, 1200)  # at the space, which is dropped
+    assert (piece, rest) == ("x" * 1000, "y" * 1500)
+    assert take_piece("z" * 1500, 1200) == ("z" * 1200, "z" * 300)  # no break at all: cut hard

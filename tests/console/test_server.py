@@ -112,6 +112,7 @@ class WaitingWeixin:
     name: str = "weixin"
     failure: str | None = None
     login_qr: str | None = "data:image/png;base64,iVBORw0KGgo="
+    login_question: str | None = None
 
 
 async def test_the_weixin_login_code_is_shown_while_the_channel_waits_for_a_scan(tmp_path: Path) -> None:
@@ -204,3 +205,53 @@ async def test_console_makes_a_new_one_time_link_and_says_it_in_the_log(tmp_path
         assert with_password.new_link("terminal:me").startswith("The web console is at http://127.0.0.1:")
     finally:
         await with_password.stop()
+@dataclass
+class AskingWeixin(WaitingWeixin):
+    """A weixin channel whose login waits for the number the phone shows."""
+
+    login_question: str | None = "WeChat shows a number on the phone. Type it here to connect the bot."
+    entered: list[str] | None = None
+
+    def answer_login(self, answer: str) -> bool:
+        if self.login_question is None:
+            return False
+        self.entered = [*(self.entered or []), answer]
+        self.login_question = None
+        return True
+
+
+async def test_the_number_the_phone_shows_is_asked_for_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    import re
+
+    import aiohttp
+
+    channel = AskingWeixin()
+    parts = Parts(ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port())))
+    console = web_console(parts, channels=[channel])
+    assert await console.start() is True
+    base = console.url().split("?")[0]
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.get(console.url(), allow_redirects=False):
+                pass
+            async with http.get(base + "weixin") as response:
+                page = await response.text()
+            assert 'action="/weixin/code"' in page and "WeChat shows a number on the phone" in page
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+            for bad in ("12a4", "", "1" * 17):
+                async with http.post(base + "weixin/code", data={"csrf": csrf, "code": bad},
+                                     allow_redirects=False) as response:
+                    assert response.status == 303 and response.headers["Location"] == "/weixin?wrong=1"
+            async with http.post(base + "weixin/code", data={"code": "482913"}) as response:
+                assert response.status == 403  # no CSRF token: refused before the channel hears of it
+            async with http.post(base + "weixin/code", data={"csrf": csrf, "code": " 482913 "},
+                                 allow_redirects=False) as response:
+                assert response.status == 303 and response.headers["Location"] == "/weixin"
+            assert channel.entered == ["482913"]
+            async with http.post(base + "weixin/code", data={"csrf": csrf, "code": "482913"},
+                                 allow_redirects=False) as response:  # no longer asked for
+                assert response.headers["Location"] == "/weixin?wrong=1"
+            async with http.get(base + "weixin") as response:
+                assert 'action="/weixin/code"' not in await response.text()
+    finally:
+        await console.stop()

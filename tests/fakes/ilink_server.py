@@ -1,11 +1,20 @@
 """A fake of WeChat's bot API (iLink, the "ClawBot" protocol) on 127.0.0.1, for tests.
 
-It speaks the protocol as Tencent's ``@tencent-weixin/openclaw-weixin`` package and its public descriptions
-give it: ``GET ilink/bot/get_bot_qrcode?bot_type=3``, ``GET ilink/bot/get_qrcode_status?qrcode=…`` (held until
-the status changes), and the bot calls, all ``POST`` with JSON and ``base_info``: ``getupdates`` (a long poll
-with an opaque ``get_updates_buf`` cursor and ``longpolling_timeout_ms``), ``sendmessage`` (``client_id``,
-``context_token``, one text item of at most 4,000 characters), ``getconfig`` (``typing_ticket``) and
-``sendtyping``; and a file: ``getuploadurl`` (the upload's key, sizes and MD5), the CDN upload of the
+It speaks the protocol as Tencent's ``@tencent-weixin/openclaw-weixin`` package (2.4.9: ``src/api/api.ts``,
+``src/auth/login-qr.ts``) and its users' reports give it: ``POST ilink/bot/get_bot_qrcode?bot_type=3`` with
+``{"local_token_list"}`` (and the older ``GET`` form; :attr:`FakeILink.post_qrcode` False plays an older server
+that answers the POST 404), ``GET ilink/bot/get_qrcode_status?qrcode=…[&verify_code=…]`` (held until the status
+changes) with the plugin's statuses: ``wait``, ``scaned``, ``confirmed``, ``expired``, ``need_verifycode`` (the
+phone shows :attr:`QrCodeState.verify`; a poll with the right ``verify_code`` moves on to ``scaned``, three wrong
+ones to ``verify_code_blocked``), ``scaned_but_redirect`` (with ``redirect_host``: the fake's second port, its
+"other IDC"), ``binded_redirect``; and the bot calls, all ``POST`` with JSON and ``base_info``: ``msg/notifystart``
+and ``msg/notifystop``, ``getupdates`` (a long poll with an opaque ``get_updates_buf`` cursor and
+``longpolling_timeout_ms``), ``sendmessage`` (``client_id``, ``context_token``, one text item), ``getconfig``
+(``typing_ticket``) and ``sendtyping``. ``sendmessage`` answers ``ret -2`` as users report WeChat does: ``"prepare
+failed"`` for a text over :attr:`FakeILink.max_text` characters (4,000 by default, the plugin's limit) and for a
+context token older than :attr:`FakeILink.token_ttl_s` (24 hours), and a bare ``{"ret": -2}`` for the 11th reply
+with one token (:data:`REPLIES_PER_TOKEN`); each refusal is kept in :attr:`FakeILink.refused`. And a file:
+``getuploadurl`` (the upload's key, sizes and MD5), the CDN upload of the
 encrypted file (AES-128-ECB, at the ``upload_full_url`` the fake hands out, which answers the download parameter
 in ``x-encrypted-param``) and ``sendmessage`` with one file item referring to it; the decrypted file is
 checked against the declared size and MD5 and kept in :attr:`FakeILink.files`. Photos and voice messages a user
@@ -45,6 +54,11 @@ from aiohttp import web
 
 SESSION_TIMEOUT = {"ret": -14, "errcode": -14, "errmsg": "session timeout"}
 TEXT_LIMIT = 4000
+#: replies one context token allows (users' reports: "one inbound message supports 10 replies")
+REPLIES_PER_TOKEN = 10
+PREPARE_FAILED = {"ret": -2, "errmsg": "prepare failed"}
+#: wrong verify codes before the login is blocked
+WRONG_CODES = 3
 
 
 @dataclass
@@ -56,6 +70,12 @@ class QrCodeState:
     status: str = "wait"
     #: the status the last status poll reported
     reported: str = ""
+    #: the number the phone shows while the status is ``need_verifycode``
+    verify: str = "482913"
+    #: the verify codes the bot sent, in order
+    codes_given: list[str] = field(default_factory=list)
+    #: confirm the login without ``ilink_bot_id`` (a failed login)
+    without_bot_id: bool = False
 
 
 @dataclass
@@ -120,6 +140,25 @@ class FakeILink:
         self.requests: list[tuple[str, str]] = []
         #: answer the next n bot calls with HTTP 500 (a flaky gateway)
         self.fail_next = 0
+        #: the sendmessage calls (1-based, counted over the fake's life) answered with HTTP 500
+        self.fail_sendmessage: set[int] = set()
+        self.sendmessage_calls = 0
+        #: the longest text sendmessage takes, and how long a context token is good for (seconds)
+        self.max_text = TEXT_LIMIT
+        self.token_ttl_s = 24 * 3600.0
+        #: context token -> (when its message came, replies sent with it)
+        self.token_use: dict[str, list[float]] = {}
+        #: sendmessage calls refused with ret -2: (to, text, context_token, why)
+        self.refused: list[tuple[str, str, str, str]] = []
+        #: the POST form of get_bot_qrcode is served (False: an older server, which answers it 404)
+        self.post_qrcode = True
+        #: each get_bot_qrcode request: (method, its local_token_list or None for a GET)
+        self.qr_requests: list[tuple[str, list[str] | None]] = []
+        #: notifystart / notifystop calls, in order
+        self.notified: list[str] = []
+        #: the port each QR status poll came to (the second one is the "other IDC" of scaned_but_redirect)
+        self.status_ports: list[int] = []
+        self.idc_port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -153,11 +192,12 @@ class FakeILink:
     async def _start_site(self) -> None:
         app = web.Application()
         app.router.add_get("/ilink/bot/get_bot_qrcode", self._get_qrcode)
-        app.router.add_post("/ilink/bot/get_bot_qrcode", self._get_qrcode)
+        app.router.add_post("/ilink/bot/get_bot_qrcode", self._post_qrcode)
         app.router.add_get("/ilink/bot/get_qrcode_status", self._qrcode_status)
         for name, handler in (("getupdates", self._getupdates), ("sendmessage", self._sendmessage),
                               ("getconfig", self._getconfig), ("sendtyping", self._sendtyping),
-                              ("getuploadurl", self._getuploadurl)):
+                              ("getuploadurl", self._getuploadurl), ("msg/notifystart", self._notifier("notifystart")),
+                              ("msg/notifystop", self._notifier("notifystop"))):
             app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
         app.router.add_post("/c2c/upload", self._cdn_upload)
         app.router.add_get("/c2c/download", self._cdn_download)
@@ -166,6 +206,9 @@ class FakeILink:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
+        idc = web.TCPSite(self._runner, "127.0.0.1", 0)  # the "other IDC" a scaned_but_redirect names
+        await idc.start()
+        self.idc_port = self._runner.addresses[1][1]
 
     def stop(self) -> None:
         """Stop serving; held polls end at once."""
@@ -187,9 +230,12 @@ class FakeILink:
         self._wait(lambda: len(self.codes) >= n, timeout, f"{n} QR codes")
         return self.codes[-1]
 
-    def set_qr(self, status: str) -> None:
-        """Move the latest QR code to ``status`` (``scaned``, ``confirmed``, ``expired``)."""
+    def set_qr(self, status: str, **changes: Any) -> None:
+        """Move the latest QR code to ``status`` (``scaned``, ``confirmed``, ``expired``, ``need_verifycode``,
+        ``scaned_but_redirect``, ``binded_redirect``), with ``changes`` to its other fields."""
         with self._lock:
+            for name, value in changes.items():
+                setattr(self.codes[-1], name, value)
             self.codes[-1].status = status
 
     def confirm_qr(self) -> None:
@@ -211,6 +257,7 @@ class FakeILink:
             mid = message_id if message_id is not None else 7_000_000_000_000_000_000 + seq  # a uint64 past 2**53
             token = f"ctx-{seq}-{secrets.token_hex(4)}"
             self.context_tokens[token] = user_id
+            self.token_use[token] = [time.time()]
             msg = {"seq": seq, "message_id": mid, "from_user_id": user_id, "to_user_id": self.bot_id,
                    "client_id": "", "create_time_ms": int(time.time() * 1000), "session_id": f"s-{user_id}",
                    "message_type": 1, "message_state": 2, "item_list": items, "context_token": token}
@@ -291,7 +338,30 @@ class FakeILink:
 
     # --- login ----------------------------------------------------------------------------------------
     async def _get_qrcode(self, request: web.Request) -> web.Response:
+        """The older GET form."""
         self.requests.append((request.method, request.path))
+        self.qr_requests.append(("GET", None))
+        return self._new_qrcode(request)
+
+    async def _post_qrcode(self, request: web.Request) -> web.Response:
+        """The plugin's form: a POST with the bot tokens kept on the client (no base_info, no Authorization)."""
+        self.requests.append((request.method, request.path))
+        if not self.post_qrcode:
+            return web.Response(status=404, text="404: Not Found")
+        problem = self._check_headers(request, token=False)
+        if problem:
+            return self._violation(f"get_bot_qrcode: {problem}")
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._violation("get_bot_qrcode: the body is not JSON")
+        tokens = body.get("local_token_list") if isinstance(body, dict) else None
+        if not isinstance(tokens, list) or len(tokens) > 10 or not all(isinstance(t, str) for t in tokens):
+            return self._violation(f"get_bot_qrcode: local_token_list is not a list of at most 10 tokens: {body!r}")
+        self.qr_requests.append(("POST", list(tokens)))
+        return self._new_qrcode(request)
+
+    def _new_qrcode(self, request: web.Request) -> web.Response:
         if request.query.get("bot_type") != "3":
             return self._violation(f"get_bot_qrcode without bot_type=3: {request.query_string}")
         with self._lock:
@@ -302,9 +372,21 @@ class FakeILink:
 
     async def _qrcode_status(self, request: web.Request) -> web.Response:
         self.requests.append((request.method, request.path))
+        self.status_ports.append(request.url.port or 0)
         code = next((c for c in self.codes if c.qrcode == request.query.get("qrcode")), None)
         if code is None:
             return self._violation("get_qrcode_status for an unknown qrcode")
+        given = request.query.get("verify_code")
+        if given is not None:
+            with self._lock:
+                code.codes_given.append(given)
+                if code.status == "need_verifycode":
+                    wrong = sum(c != code.verify for c in code.codes_given)
+                    if given == code.verify:
+                        code.status = "scaned"
+                    elif wrong >= WRONG_CODES:
+                        code.status = "verify_code_blocked"
+                    code.reported = ""  # a code given is answered at once
         deadline = time.monotonic() + self.qr_hold_s
         while True:  # held until the status changes
             if code.status != code.reported or time.monotonic() >= deadline or self._stopping:
@@ -313,12 +395,16 @@ class FakeILink:
         with self._lock:
             code.reported = code.status
             answer: dict[str, Any] = {"status": code.status, "ret": 0}
+            if code.status == "scaned_but_redirect":
+                answer["redirect_host"] = f"127.0.0.1:{self.idc_port}"
             if code.status == "confirmed" and not code.content.endswith("#used"):
                 token = f"{secrets.token_hex(12)}@im.bot:{secrets.token_hex(16)}"
                 self.tokens.append(token)
                 code.content += "#used"
                 answer.update(bot_token=token, ilink_bot_id=self.bot_id, baseurl=self.base_url,
                               ilink_user_id="owner@im.wechat")
+                if code.without_bot_id:
+                    del answer["ilink_bot_id"]
         return web.json_response(answer)
 
     # --- bot calls --------------------------------------------------------------------------------------
@@ -346,18 +432,24 @@ class FakeILink:
             if self.fail_next > 0:
                 self.fail_next -= 1
                 return web.Response(status=500, text="upstream error")
+            if name == "sendmessage":
+                with self._lock:
+                    self.sendmessage_calls += 1
+                    failing = self.sendmessage_calls in self.fail_sendmessage
+                if failing:
+                    return web.Response(status=502, text="<html>502 Bad Gateway</html>")
             return await handler(body)
 
         return call
 
     @staticmethod
-    def _check_headers(request: web.Request) -> str:
+    def _check_headers(request: web.Request, token: bool = True) -> str:
         headers = request.headers
         if headers.get("Content-Type", "").split(";")[0] != "application/json":
             return "Content-Type is not application/json"
         if headers.get("AuthorizationType") != "ilink_bot_token":
             return "AuthorizationType is not ilink_bot_token"
-        if not headers.get("Authorization", "").startswith("Bearer ") or len(headers["Authorization"]) <= 7:
+        if token and (not headers.get("Authorization", "").startswith("Bearer ") or len(headers["Authorization"]) <= 7):
             return "no Authorization: Bearer <token>"
         try:
             uin = base64.b64decode(headers.get("X-WECHAT-UIN", ""), validate=True).decode()
@@ -410,13 +502,49 @@ class FakeILink:
         if len(items) != 1 or items[0].get("type") != 1 or not isinstance(items[0].get("text_item"), dict):
             problems.append("item_list is not one text item")
         text = str(((items or [{}])[0].get("text_item") or {}).get("text", ""))
-        if len(text) > TEXT_LIMIT:
-            problems.append(f"text of {len(text)} characters (the limit is {TEXT_LIMIT})")
         if problems:
             return self._violation("sendmessage: " + "; ".join(problems))
+        token = msg["context_token"]
         with self._lock:
-            self.sent.append(Sent(msg["to_user_id"], text, msg["context_token"], msg["client_id"]))
-        return web.json_response({"ret": 0})
+            issued, *replies = self.token_use[token]
+            if len(text) > self.max_text:
+                why, answer = "too long", PREPARE_FAILED
+            elif time.time() - issued > self.token_ttl_s:
+                why, answer = "token expired", PREPARE_FAILED
+            elif len(replies) >= REPLIES_PER_TOKEN:
+                why, answer = "token used up", {"ret": -2}
+            else:
+                why, answer = "", {"ret": 0}
+                self.token_use[token].append(time.time())
+                self.sent.append(Sent(msg["to_user_id"], text, token, msg["client_id"]))
+            if why:
+                self.refused.append((msg["to_user_id"], text, token, why))
+        return web.json_response(answer)
+
+    def use_up(self, context_token: str) -> None:
+        """The user's message that brought ``context_token`` has had all its replies."""
+        with self._lock:
+            use = self.token_use[context_token]
+            use.extend([time.time()] * max(0, REPLIES_PER_TOKEN - (len(use) - 1)))
+
+    def revive(self, token: str) -> None:
+        """A bot token WeChat ended works again (the bot is bound here still: ``binded_redirect``)."""
+        with self._lock:
+            self.ended.discard(token)
+
+    def age_tokens(self, seconds: float) -> None:
+        """Every context token issued so far is ``seconds`` older (a day passes without the user writing)."""
+        with self._lock:
+            for use in self.token_use.values():
+                use[0] -= seconds
+
+    def _notifier(self, event: str) -> Any:
+        async def notify(body: dict[str, Any]) -> web.Response:
+            with self._lock:
+                self.notified.append(event)
+            return web.json_response({"ret": 0})
+
+        return notify
 
     # --- files: getuploadurl, the CDN, a file item -------------------------------------------------------
     async def _getuploadurl(self, body: dict[str, Any]) -> web.Response:

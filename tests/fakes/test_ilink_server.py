@@ -109,10 +109,102 @@ async def test_sendmessage_checks_context_token_client_id_and_length(api):
         assert await post(s, api, "sendmessage", msg("ok", "c1"), headers(token)) == (200, {"ret": 0})
         assert (await post(s, api, "sendmessage", msg("again", "c1"), headers(token)))[0] == 400
         assert (await post(s, api, "sendmessage", msg("x", "c2", "ctx-forged"), headers(token)))[0] == 400
-        assert (await post(s, api, "sendmessage", msg("y" * 4001, "c3"), headers(token)))[0] == 400
+        assert await post(s, api, "sendmessage", msg("y" * 4001, "c3"), headers(token)) == (
+            200, {"ret": -2, "errmsg": "prepare failed"})
         assert (await post(s, api, "sendmessage", msg("y" * 4000, "c4"), headers(token)))[0] == 200
         assert api.sent_to("u@im.wechat") == ["ok", "y" * 4000]
-        assert len(api.violations) == 3
+        assert len(api.violations) == 2
+        assert [why for *_, why in api.refused] == ["too long"]
+
+
+async def test_a_context_token_allows_ten_replies_within_a_day(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        api.push_text("u@im.wechat", "hi")
+        ctx = next(iter(api.context_tokens))
+        base = {"base_info": {"channel_version": "1.0.0"}}
+
+        def msg(n):
+            return {"msg": {"from_user_id": "", "to_user_id": "u@im.wechat", "client_id": f"c{n}",
+                            "message_type": 2, "message_state": 2, "context_token": ctx,
+                            "item_list": [{"type": 1, "text_item": {"text": f"reply {n}"}}]}, **base}
+
+        answers = [(await post(s, api, "sendmessage", msg(n), headers(token)))[1] for n in range(11)]
+        assert answers == [{"ret": 0}] * 10 + [{"ret": -2}]
+        api.push_text("u@im.wechat", "again")
+        ctx = list(api.context_tokens)[-1]
+        api.age_tokens(24 * 3600 + 1)
+        answer = (await post(s, api, "sendmessage", msg(11), headers(token)))[1]
+        assert answer == {"ret": -2, "errmsg": "prepare failed"}
+        assert [why for *_, why in api.refused] == ["token used up", "token expired"]
+
+
+async def test_the_qr_code_is_asked_for_by_post_with_the_local_tokens_or_by_get_on_an_older_server(api):
+    async with aiohttp.ClientSession() as s:
+        url = f"{api.base_url}/ilink/bot/get_bot_qrcode"
+        async with s.post(url, params={"bot_type": "3"}, json={"local_token_list": ["t1"]},
+                          headers=headers("", Authorization="")) as r:
+            assert r.status == 200 and set(await r.json()) >= {"qrcode", "qrcode_img_content"}
+        async with s.post(url, params={"bot_type": "3"}, json={"local_token_list": "t1"},
+                          headers=headers("", Authorization="")) as r:
+            assert r.status == 400
+        api.post_qrcode = False
+        async with s.post(url, params={"bot_type": "3"}, json={"local_token_list": []},
+                          headers=headers("", Authorization="")) as r:
+            assert r.status == 404
+        async with s.get(url, params={"bot_type": "3"}) as r:
+            assert r.status == 200
+    assert api.qr_requests == [("POST", ["t1"]), ("GET", None)]
+    assert len(api.codes) == 2
+
+
+async def test_a_verify_code_moves_the_login_on_and_three_wrong_ones_block_it(api):
+    async with aiohttp.ClientSession() as s:
+        status_url = f"{api.base_url}/ilink/bot/get_qrcode_status"
+        for right in (True, False):
+            async with s.get(f"{api.base_url}/ilink/bot/get_bot_qrcode", params={"bot_type": "3"}) as r:
+                qrcode = (await r.json())["qrcode"]
+            api.set_qr("need_verifycode", verify="1234")
+            seen = []
+            for given in (["0000", "1234"] if right else ["1", "2", "3"]):
+                async with s.get(status_url, params={"qrcode": qrcode}) as r:
+                    seen.append((await r.json())["status"])
+                async with s.get(status_url, params={"qrcode": qrcode, "verify_code": given}) as r:
+                    seen.append((await r.json())["status"])
+            if right:
+                assert seen == ["need_verifycode", "need_verifycode", "need_verifycode", "scaned"]
+            else:
+                assert seen[-1] == "verify_code_blocked" and seen[:4] == ["need_verifycode"] * 4
+        assert api.codes[0].codes_given == ["0000", "1234"]
+
+
+async def test_scaned_but_redirect_names_the_other_port_and_a_login_without_bot_id(api):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{api.base_url}/ilink/bot/get_bot_qrcode", params={"bot_type": "3"}) as r:
+            qrcode = (await r.json())["qrcode"]
+        api.set_qr("scaned_but_redirect")
+        async with s.get(f"{api.base_url}/ilink/bot/get_qrcode_status", params={"qrcode": qrcode}) as r:
+            host = (await r.json())["redirect_host"]
+        assert host == f"127.0.0.1:{api.idc_port}" and api.idc_port != api.port
+        api.set_qr("confirmed", without_bot_id=True)
+        async with s.get(f"http://{host}/ilink/bot/get_qrcode_status", params={"qrcode": qrcode}) as r:
+            answer = await r.json()
+        assert answer["status"] == "confirmed" and answer["bot_token"] and "ilink_bot_id" not in answer
+        assert api.status_ports == [api.port, api.idc_port]
+
+
+async def test_notifystart_and_notifystop_are_bot_calls(api):
+    async with aiohttp.ClientSession() as s:
+        token = await log_in(s, api)
+        base = {"base_info": {"channel_version": "1.0.0"}}
+        for event in ("notifystart", "notifystop"):
+            async with s.post(f"{api.base_url}/ilink/bot/msg/{event}", data=json.dumps(base),
+                              headers=headers(token)) as r:
+                assert (r.status, await r.json()) == (200, {"ret": 0})
+        async with s.post(f"{api.base_url}/ilink/bot/msg/notifystart", data=json.dumps({}),
+                          headers=headers(token)) as r:
+            assert r.status == 400
+    assert api.notified == ["notifystart", "notifystop"]
 
 
 async def test_an_ended_session_answers_errcode_minus_14(api):
