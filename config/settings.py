@@ -38,7 +38,8 @@ ENV_OVERRIDES = {
     "WEB_CONSOLE_PASSWORD": "web_console_password",
 }
 #: Keys whose values are masked wherever they are shown.
-SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"})
+SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password",
+                         "wecom_secret", "wecom_token", "wecom_aes_key"})
 #: Keys that take effect only after a restart.
 RESTART_KEYS = frozenset({
     "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
@@ -46,6 +47,8 @@ RESTART_KEYS = frozenset({
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
     "weixin_base_url",
     "web_console_port", "web_console_listen",
+    "wecom_corp_id", "wecom_agent_id", "wecom_secret", "wecom_token", "wecom_aes_key", "wecom_port",
+    "wecom_base_url", "web_chat_public",
     "model_max_parallel",
 })
 
@@ -150,6 +153,15 @@ class Config(BaseModel):
     usage_cap_group_daily_tokens: int = Field(0, ge=0)
     usage_cap_daily_tokens: int = Field(0, ge=0)
     usage_fallback_model: str = ""
+    wecom_corp_id: str = ""
+    wecom_agent_id: str = ""
+    wecom_secret: str = ""
+    wecom_token: str = ""
+    wecom_aes_key: str = ""
+    wecom_port: int = Field(8701, ge=1, le=65535)
+    wecom_base_url: str = "https://qyapi.weixin.qq.com"
+    web_chat_public: bool = False
+    web_chat_rate_per_minute: int = Field(6, ge=1)
 
     @field_validator("timezone")
     @classmethod

@@ -73,10 +73,10 @@ def test_channel_type_names_the_known_channels_and_the_nearest():
     with pytest.raises(ConfigError) as err:
         check_channel_type(Config(channel_type=["terminal", "telegarm"]))
     assert str(err.value) == ("invalid value for 'channel_type': unknown channel 'telegarm': the known "
-                              "channels are telegram, terminal, wechat, weixin; did you mean 'telegram'?")
+                              "channels are telegram, terminal, web, wechat, wecom, weixin; did you mean 'telegram'?")
     check_channel_type(Config(channel_type=["terminal", "telegram"]))
     with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are telegram, terminal, "
-                                         r"wechat, weixin$"):
+                                         r"web, wechat, wecom, weixin$"):
         check_channel_names(["terminal", "irc"])
 
 
