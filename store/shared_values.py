@@ -47,9 +47,10 @@ def _insert(conn: Connection, name: str, value: str) -> None:
     conn.execute(insert(_T).values(name=name, value=value, expires_at=None, lease_until=None, updated_at=_now()))
 
 
-def _claim(conn: Connection, name: str, margin: float, lease: float) -> bool:
+def _claim(conn: Connection, name: str, margin: float, lease: float, replacing: str | None) -> bool:
     now = _now()
-    stale = or_(_C.value == "", _C.expires_at.is_(None), _C.expires_at <= now + timedelta(seconds=margin))
+    stale = or_(_C.value == "", _C.expires_at.is_(None), _C.expires_at <= now + timedelta(seconds=margin),
+                *([_C.value == replacing] if replacing is not None else []))
     free = or_(_C.lease_until.is_(None), _C.lease_until < now)
     result = conn.execute(update(_T).where(and_(_C.name == name, stale, free))
                           .values(lease_until=now + timedelta(seconds=lease)))
@@ -89,11 +90,12 @@ class SharedValues:
         assert found is not None
         return found.value
 
-    async def claim(self, name: str, *, margin: float, lease: float) -> bool:
-        """Claim the refresh of ``name``: True for exactly one caller while the value is missing or good for less
-        than ``margin`` seconds, until it :meth:`put` a new one or ``lease`` seconds pass (it died)."""
+    async def claim(self, name: str, *, margin: float, lease: float, replacing: str | None = None) -> bool:
+        """Claim the refresh of ``name``: True for exactly one caller while the value is missing, good for less
+        than ``margin`` seconds, or still ``replacing`` (a value found bad), until it :meth:`put` a new one or
+        ``lease`` seconds pass (it died)."""
         await self._ensure(name)
-        return await self.store.run(_claim, name, margin, lease)
+        return await self.store.run(_claim, name, margin, lease, replacing)
 
     async def put(self, name: str, value: str, expires_at: datetime | None) -> None:
         """Store a new value (and end the claim)."""
