@@ -221,6 +221,7 @@ def _events(public: bool):
         closing = asyncio.ensure_future(console.closing.wait())
         try:
             await response.prepare(request)
+            await response.write(b"retry: 1000\n\n")  # after a restart, the page is back within a second or so
             await response.write(_sse({"resumed": resumed}, "hello"))
             for event in missed:
                 await response.write(_sse(event))

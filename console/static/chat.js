@@ -72,6 +72,7 @@
       .then(function (data) {
         list.textContent = "";
         lastAssistant = "";
+        typing.hidden = true;
         data.messages.forEach(function (m) {
           if (m.role === "user") { addUser(m.text); } else { addAnswer(m.html, null); lastAssistant = m.text; }
         });

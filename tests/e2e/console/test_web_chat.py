@@ -240,3 +240,37 @@ def test_the_public_page_refuses_a_visitor_over_the_rate_limit_clearly(browser, 
     assert page.input_value("#chat-text") == "one too many"  # kept, to send later
     snap(page, shots, "rate-limited")
     context.close()
+
+
+def test_a_visitor_whose_process_dies_gets_the_answer_after_reconnecting(browser, llm, tmp_path, shots):
+    port = free_port()
+    proc = BotProcess(tmp_path, channel_type="web", open_ai_api_base=llm.base_url, open_ai_api_key="sk-web-chat-test",
+                      timezone="UTC", data_dir="data", web_console_port=port, web_chat_public=True).start()
+    proc.wait_for_log("web console: http")
+    base = f"http://127.0.0.1:{port}"
+    context = browser.new_context(viewport=DESKTOP, bypass_csp=True)
+    try:
+        page = context.new_page()
+        page.goto(base + "/chat/public")
+        page.wait_for_selector("#chat[data-connected]")
+        requests = len(llm.requests)
+        llm.latency = 5.0
+        send(page, "a slow question")
+        llm.wait_for_requests(requests + 1, timeout=15)
+        proc.kill()  # kill -9 mid-turn: the message is journalled, the answer not sent
+        llm.latency = 0.0
+        page.wait_for_selector("#chat:not([data-connected])")
+        assert page.locator("#chat-status").inner_text() == "Connection lost; reconnecting…"
+        snap(page, shots, "reconnecting")
+        proc.start()
+        # the same page, not reloaded: it reconnects by itself and gets the answer
+        page.wait_for_function("() => [...document.querySelectorAll('li.msg.assistant .bubble')]"
+                               ".some(b => b.textContent.includes('echo: a slow question'))", timeout=30000)
+        page.wait_for_timeout(1000)  # nothing more may come
+        assert [a.strip() for a in answers(page)] == ["echo: a slow question"]
+        assert page.locator("li.msg.user .bubble").all_inner_texts() == ["a slow question"]
+        assert len([r for r in llm.requests if "a slow question" in json.dumps(r["messages"][-1])]) == 2
+    finally:
+        llm.latency = 0.0
+        context.close()
+        assert proc.stop() == 0
