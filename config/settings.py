@@ -48,7 +48,7 @@ RESTART_KEYS = frozenset({
     "weixin_base_url",
     "web_console_port", "web_console_listen",
     "wecom_corp_id", "wecom_agent_id", "wecom_secret", "wecom_token", "wecom_aes_key", "wecom_port",
-    "wecom_base_url", "web_chat_public",
+    "wecom_base_url",
     "model_max_parallel",
 })
 
