@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: what a WeCom MsgType is called in ``IncomingMessage.content_type`` (text and image are read; the rest get a note)
-CONTENT_TYPES = {"image": "photo", "voice": "audio", "video": "video", "file": "document",
+#: what a WeCom MsgType is called in ``IncomingMessage.content_type`` (text, image and voice are read; the rest
+#: get a note)
+CONTENT_TYPES = {"image": "photo", "voice": "voice", "video": "video", "file": "document",
                  "location": "location", "link": "link"}
 
 
@@ -115,8 +116,13 @@ class WecomChannel(BaseChannel):
         extra: dict[str, Any] = {}
         text = _text(data.get("Content")) if kind == "text" else ""
         content_type = "text" if kind == "text" else CONTENT_TYPES.get(kind, "other")
-        if kind == "image" and data.get("MediaId"):
+        if kind in ("image", "voice") and data.get("MediaId"):
             extra["media_id"] = _text(data.get("MediaId"))
+        if kind == "voice":  # AMR (WeCom's voice format), which transcription models do not take: a short note,
+            # unless WeCom transcribed it (``Recognition``, when the app's speech recognition is on)
+            extra["audio_format"] = (_text(data.get("Format")) or "amr").lower()
+            if data.get("Recognition"):
+                extra["transcript"] = _text(data.get("Recognition"))
         return IncomingMessage(channel=self.name, chat_id=chat_id if is_group else sender, user_id=sender,
                                user_name=sender, text=text, is_group=is_group, group_name=chat_id if is_group else "",
                                message_id=message_id, time=when, content_type=content_type, extra=extra)

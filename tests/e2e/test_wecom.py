@@ -139,6 +139,28 @@ def test_an_expired_token_is_replaced_once_and_the_reply_still_goes_out(servers,
     assert bot.stop() == 0
 
 
+def test_a_photo_reaches_the_model_and_a_voice_message_gets_a_note_or_its_transcript(tmp_path):
+    from media.intake import VOICE_FORMAT
+    from tests.media.harness import image_parts, jpeg
+
+    with FakeWecomAPI(corp_id=CORP, agent_id=AGENT, secret=SECRET) as api, \
+            FakeOpenAIServer(model="gpt-4o-mini") as llm:
+        bot, wecom = start(tmp_path, api, llm, model="gpt-4o-mini")
+        api.media["photo-1"] = (jpeg(), "image/jpeg")
+        api.media["voice-1"] = (b"#!AMR\n fake", "audio/amr")
+        llm.enqueue_text("A plain red square.")
+        assert wecom.media(USER, "image", "photo-1").status_code == 200
+        assert api.wait_sent(USER, 1) == ["A plain red square."]
+        parts = image_parts(llm.requests[0])
+        assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+        wecom.media(USER, "voice", "voice-1")
+        assert api.wait_sent(USER, 2)[1] == VOICE_FORMAT.format(format="AMR")
+        wecom.media(USER, "voice", "voice-1", recognition="明天开会")
+        assert api.wait_sent(USER, 3)[2] == '(heard: "明天开会")\n\necho: 明天开会'
+        assert bot.stop() == 0
+        assert "Traceback" not in bot.log()
+
+
 @pytest.mark.parametrize(("problem", "expected"), [
     ("secret", "errcode 40001"),
     ("ip", "errcode 60020"),

@@ -107,6 +107,19 @@ def text_message(*, corp_id: str, agent_id: str, user_id: str, content: str, msg
             f"{group}</xml>")
 
 
+def media_message(*, corp_id: str, agent_id: str, user_id: str, kind: str, media_id: str, msg_id: str,
+                  recognition: str = "") -> str:
+    """The decrypted XML of a photo (``image``: ``PicUrl``, ``MediaId``) or a voice message (``voice``: ``MediaId``,
+    ``Format`` amr, and ``Recognition`` when WeCom transcribed it)."""
+    fields = (f"<PicUrl>{_cdata('https://wework.qpic.cn/' + media_id)}</PicUrl>" if kind == "image" else
+              f"<Format>{_cdata('amr')}</Format>"
+              + (f"<Recognition>{_cdata(recognition)}</Recognition>" if recognition else ""))
+    return (f"<xml><ToUserName>{_cdata(corp_id)}</ToUserName><FromUserName>{_cdata(user_id)}</FromUserName>"
+            f"<CreateTime>{int(time.time())}</CreateTime><MsgType>{_cdata(kind)}</MsgType>{fields}"
+            f"<MediaId>{_cdata(media_id)}</MediaId><MsgId>{escape(msg_id)}</MsgId><AgentID>{escape(agent_id)}</AgentID>"
+            "</xml>")
+
+
 @dataclass
 class CallbackSender:
     """Posts WeCom's callbacks to a bot's URL, encrypted and signed as WeCom does."""
@@ -141,6 +154,11 @@ class CallbackSender:
         inner = text_message(corp_id=self.corp_id, agent_id=self.agent_id, user_id=user_id, content=content,
                              msg_id=msg_id, chat_id=chat_id)
         return msg_id, self.post(inner, wrong_signature=wrong_signature)
+
+    def media(self, user_id: str, kind: str, media_id: str, *, recognition: str = "") -> httpx.Response:
+        """Post a photo or a voice message whose file the fake API serves under ``media_id``."""
+        return self.post(media_message(corp_id=self.corp_id, agent_id=self.agent_id, user_id=user_id, kind=kind,
+                                       media_id=media_id, msg_id=str(next(self._ids)), recognition=recognition))
 
     def verify_url(self, echo: str = "echo-1234") -> tuple[str, httpx.Response]:
         """WeCom's URL check (GET with an encrypted ``echostr``); returns (the plain echo, the response)."""
