@@ -274,3 +274,27 @@ def test_a_visitor_whose_process_dies_gets_the_answer_after_reconnecting(browser
         llm.latency = 0.0
         context.close()
         assert proc.stop() == 0
+
+
+def test_web_alone_with_its_console_unable_to_start_is_one_line(llm, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = BotProcess(tmp_path, channel_type="web", open_ai_api_base=llm.base_url, open_ai_api_key="sk-test",
+                          data_dir="data", web_console_port=port)
+        proc.start(wait_for_log=None)
+        code = proc.proc.wait(60)
+        proc.stop()
+    assert code != 0
+    err = proc.log()
+    assert "setup error: no channel can run: web: the web console did not start" in err
+    assert "Traceback" not in err
+    off = BotProcess(tmp_path / "off", channel_type="web", data_dir="data", web_console_port=0)
+    (tmp_path / "off").mkdir()
+    off.start(wait_for_log=None)
+    assert off.proc.wait(60) != 0
+    off.stop()
+    assert "the web chat is a page of the web console, which is off (web_console_port is 0)" in off.log()
