@@ -139,6 +139,21 @@ def test_an_expired_token_is_replaced_once_and_the_reply_still_goes_out(servers,
     assert bot.stop() == 0
 
 
+def test_reminders_are_delivered_in_the_chat_they_were_set_in(servers, tmp_path):
+    api, llm = servers
+    api.chats.add("wrGroup7")
+    bot, wecom = start(tmp_path, api, llm, group_chat_prefix=["@bot"])
+    wecom.text(USER, "/remind in 2s drink water")
+    assert api.wait_sent(USER, 1)[0].startswith("OK, I'll remind you ")
+    wecom.text("LiSi", "@bot /remind in 2s stand-up meeting", chat_id="wrGroup7")
+    assert api.wait_sent("chat:wrGroup7", 1)[0].startswith("OK, I'll remind you ")
+    assert api.wait_sent(USER, 2)[1] == "⏰ Reminder: drink water"
+    assert api.wait_sent("chat:wrGroup7", 2)[1] == "⏰ Reminder for LiSi: stand-up meeting"
+    time.sleep(1.5)
+    assert len(api.sent_to(USER)) == 2 and len(api.sent_to("chat:wrGroup7")) == 2
+    assert bot.stop() == 0
+
+
 def test_a_photo_reaches_the_model_and_a_voice_message_gets_a_note_or_its_transcript(tmp_path):
     from media.intake import VOICE_FORMAT
     from tests.media.harness import image_parts, jpeg
