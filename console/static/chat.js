@@ -81,7 +81,17 @@
       .then(function () {
         loading = false;
         var waiting = held; held = [];
-        waiting.forEach(apply);
+        // an answer that arrived while the history loaded and that the history holds already is not shown
+        // twice: neither its pieces nor its end
+        var shown = {};
+        waiting.forEach(function (e) {
+          if ((e.kind === "final" || e.kind === "reply") && lastAssistant && e.text === lastAssistant) {
+            shown[e.stream || e.id] = true;
+          }
+        });
+        waiting.forEach(function (e) {
+          if (!shown[e.stream || e.id]) { apply(e); } else if (e.kind !== "partial") { lastAssistant = ""; }
+        });
       });
   }
 
