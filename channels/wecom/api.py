@@ -47,16 +47,16 @@ class WecomError(Exception):
 def explain(exc: WecomError, corp_id: str) -> str:
     """One line telling the operator what to fix for an error at start."""
     if exc.errcode == WRONG_SECRET:
-        return (f"wecom: the app secret was refused (errcode 40001): set wecom_secret to the Secret of the "
+        return (f"the app secret was refused (errcode 40001): set wecom_secret to the Secret of the "
                 f"self-built app in corp {corp_id} (Admin console > Apps > the app)")
     if exc.errcode == UNTRUSTED_IP:
-        return ("wecom: this server's IP address is not on the app's trusted IP list (errcode 60020): add it "
+        return ("this server's IP address is not on the app's trusted IP list (errcode 60020): add it "
                 f"under the app's 企业可信IP / Trusted IP in the admin console ({exc.errmsg})")
     if exc.errcode == WRONG_CORP_ID:
-        return "wecom: the corp id was refused (errcode 40013): set wecom_corp_id to the Corp ID of My Company"
+        return "the corp id was refused (errcode 40013): set wecom_corp_id to the Corp ID of My Company"
     if exc.errcode is None:
-        return f"wecom: the API at wecom_base_url cannot be reached ({exc.errmsg})"
-    return f"wecom: the API refused the app's settings ({exc})"
+        return f"the API at wecom_base_url cannot be reached ({exc.errmsg})"
+    return f"the API refused the app's settings ({exc})"
 
 
 class _Client(WeChatClient):

@@ -68,15 +68,15 @@ class WecomChannel(BaseChannel):
     def preflight(cls, cfg: Config) -> str | None:
         missing = [k for k in ("wecom_corp_id", "wecom_agent_id", "wecom_secret") if not getattr(cfg, k)]
         if missing:
-            return (f"wecom: set {', '.join(missing)} (the Corp ID of My Company, and the AgentId and Secret of "
+            return (f"set {', '.join(missing)} (the Corp ID of My Company, and the AgentId and Secret of "
                     "the self-built app)")
         callback = [k for k in ("wecom_token", "wecom_aes_key") if not getattr(cfg, k)]
         if callback:
-            return (f"wecom: the callback is not configured: set {' and '.join(callback)} (the Token and "
+            return (f"the callback is not configured: set {' and '.join(callback)} (the Token and "
                     f"EncodingAESKey of the app's Receive messages settings, whose URL is "
                     f"http://<this server>:{cfg.wecom_port}{PATH})")
         if not _aes_key_ok(cfg.wecom_aes_key):
-            return "wecom: wecom_aes_key is not an EncodingAESKey (43 letters and digits, as WeCom shows it)"
+            return "wecom_aes_key is not an EncodingAESKey (43 letters and digits, as WeCom shows it)"
         return None
 
     async def start(self, intake: bool = True) -> None:
@@ -86,14 +86,14 @@ class WecomChannel(BaseChannel):
         except WecomError as exc:
             if exc.errcode is not None:
                 raise BotError(explain(exc, cfg.wecom_corp_id)) from None
-            logger.warning("%s; messages are still taken, and replies are retried", explain(exc, cfg.wecom_corp_id))
+            logger.warning("wecom: %s; messages are still taken, and replies are retried", explain(exc, cfg.wecom_corp_id))
         crypto = WeChatCrypto(cfg.wecom_token, cfg.wecom_aes_key, cfg.wecom_corp_id)
         self.server = CallbackServer(self, crypto=crypto, listen=self.listen, port=cfg.wecom_port)
         try:
             await self.server.start()
         except OSError as exc:
             self.server = None
-            raise BotError(f"wecom: cannot listen on port {cfg.wecom_port} for the callback ({exc.strerror or exc}); "
+            raise BotError(f"cannot listen on port {cfg.wecom_port} for the callback ({exc.strerror or exc}); "
                            "set wecom_port to a free port") from None
         logger.info("wecom: callbacks at http://%s:%d%s", self.listen, self.server.bound_port, PATH)
 

@@ -44,7 +44,7 @@ def test_preflight_names_what_is_missing():
     assert WecomChannel.preflight(Config(**CFG)) is None
     assert "set wecom_secret" in WecomChannel.preflight(Config(**{**CFG, "wecom_secret": ""}))
     missing = WecomChannel.preflight(Config(**{**CFG, "wecom_token": "", "wecom_aes_key": ""}))
-    assert missing.startswith("wecom: the callback is not configured") and "/wecom/callback" in missing
+    assert missing.startswith("the callback is not configured") and "/wecom/callback" in missing
     assert "EncodingAESKey" in WecomChannel.preflight(Config(**{**CFG, "wecom_aes_key": "short"}))
 
 
