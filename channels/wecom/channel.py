@@ -86,7 +86,8 @@ class WecomChannel(BaseChannel):
         except WecomError as exc:
             if exc.errcode is not None:
                 raise BotError(explain(exc, cfg.wecom_corp_id)) from None
-            logger.warning("wecom: %s; messages are still taken, and replies are retried", explain(exc, cfg.wecom_corp_id))
+            logger.warning("wecom: %s; messages are still taken, and replies are retried",
+                           explain(exc, cfg.wecom_corp_id))
         crypto = WeChatCrypto(cfg.wecom_token, cfg.wecom_aes_key, cfg.wecom_corp_id)
         self.server = CallbackServer(self, crypto=crypto, listen=self.listen, port=cfg.wecom_port)
         try:
