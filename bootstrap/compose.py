@@ -31,6 +31,7 @@ from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import install as install_plugins
 from store.conversations import ConversationStore
 from store.locks import locks_for
+from store.shared_values import SharedValues
 from store.usage import UsageStore
 from summaries.summarizer import Summarizer
 from usage.caps import UsageCaps
@@ -83,7 +84,8 @@ def build_channels(cfg: Config, services: Services | None = None,
     available = dict(config=cfg, services=services, keep_line=keeps_no_secret)
     if services is not None:
         windows = services.agent.windows
-        available.update(commands=services.commands, window=lambda model: windows.get(model).describe())
+        available.update(commands=services.commands, window=lambda model: windows.get(model).describe(),
+                         shared_values=SharedValues(services.store))
     channels = []
     for name in cfg.channels:
         try:

@@ -44,9 +44,12 @@ BUILTIN_CHANNELS: dict[str, str] = {
     "telegram": "channels.telegram.channel",
     "wechat": "channels.wechat.channel",
     "weixin": "channels.weixin.channel",
+    "wecom": "channels.wecom.channel",
+    "web": "channels.web.channel",
 }
 #: The package a built-in channel's platform library comes from, to name it when it cannot be imported.
-BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos"}
+BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos",
+                                        "wecom": "wechatpy"}
 
 ChannelFactory = Callable[..., Any]
 

@@ -39,7 +39,8 @@ ENV_OVERRIDES = {
     "WEB_CONSOLE_PASSWORD": "web_console_password",
 }
 #: Keys whose values are masked wherever they are shown.
-SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"})
+SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password",
+                         "wecom_secret", "wecom_token", "wecom_aes_key"})
 #: Keys that take effect only after a restart.
 RESTART_KEYS = frozenset({
     "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
@@ -47,6 +48,8 @@ RESTART_KEYS = frozenset({
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
     "weixin_base_url",
     "web_console_port", "web_console_listen",
+    "wecom_corp_id", "wecom_agent_id", "wecom_secret", "wecom_token", "wecom_aes_key", "wecom_port",
+    "wecom_base_url",
     "model_max_parallel",
 })
 
@@ -153,6 +156,16 @@ class Config(BaseModel):
     usage_fallback_model: str = ""
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     tools_window_share: float = Field(0.15, gt=0, le=1)
+
+    wecom_corp_id: str = ""
+    wecom_agent_id: str = ""
+    wecom_secret: str = ""
+    wecom_token: str = ""
+    wecom_aes_key: str = ""
+    wecom_port: int = Field(8701, ge=1, le=65535)
+    wecom_base_url: str = "https://qyapi.weixin.qq.com"
+    web_chat_public: bool = False
+    web_chat_rate_per_minute: int = Field(6, ge=1)
 
     @field_validator("mcp_servers", mode="before")
     @classmethod
@@ -307,6 +320,15 @@ KEY_HELP: dict[str, str] = {
                     "(command/args/env/cwd, or url/headers); values in env and headers are secrets."),
     "tools_window_share": ("Above this share of the model window, the tools offered are narrowed to those relevant "
                            "to the message, with find_tools for the rest."),
+    "wecom_corp_id": "WeCom: the Corp ID of your company, for channel_type \"wecom\".",
+    "wecom_agent_id": "WeCom: the AgentId of the self-built app.",
+    "wecom_secret": "WeCom: the self-built app's Secret (a secret).",
+    "wecom_token": "WeCom: the Token of the app's Receive messages settings (a secret).",
+    "wecom_aes_key": "WeCom: the EncodingAESKey of the app's Receive messages settings (a secret, 43 characters).",
+    "wecom_port": "WeCom: the port of the callback server (/wecom/callback).",
+    "wecom_base_url": "WeCom's API; another address for a private deployment or a test server.",
+    "web_chat_public": "Also serve the web chat to anyone with the link at /chat/public, each visitor a session.",
+    "web_chat_rate_per_minute": "Messages a minute one public web-chat visitor may send.",
 }
 
 

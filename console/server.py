@@ -49,7 +49,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 NAV = [("/", "Status"), ("/conversations", "Conversations"), ("/memory", "Memory"), ("/config", "Config"),
-       ("/logs", "Logs"), ("/usage", "Usage"), ("/tools", "Tools"), ("/reminders", "Reminders"),
+       ("/logs", "Logs"), ("/usage", "Usage"), ("/tools", "Tools"), ("/reminders", "Reminders"), ("/chat", "Chat"),
        ("/weixin", "WeChat login")]
 
 
@@ -82,6 +82,10 @@ class WebConsole:
                                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
+        #: set when the console stops: long-lived responses (the web chat's event streams) end at once
+        self.closing = asyncio.Event()
+        #: paths the login does not guard, each a test of the path (the public web chat, when a page adds it)
+        self.public_paths: list[Callable[[str], bool]] = []
 
     # --- lifecycle -------------------------------------------------------------------------
     def refusal(self) -> str | None:
@@ -162,6 +166,7 @@ class WebConsole:
     async def stop(self) -> None:
         """Stop serving; requests in progress get a moment to finish."""
         runner, self._runner = self._runner, None
+        self.closing.set()
         if runner is not None:
             await runner.cleanup()
             logger.info("web console: stopped")
@@ -185,6 +190,12 @@ class WebConsole:
                                                  "(http://127.0.0.1:PORT/); behind a proxy, set web_console_password.")
         if request.path.startswith("/static/") or request.path == "/favicon.ico":
             return await handler(request)  # files: no session, no cookie
+        if any(test(request.path) for test in self.public_paths):
+            # a public page checks its own visitors (the public web chat): no console session is made for them
+            response = await handler(request)
+            for name, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+            return response
         session = self.sessions.get(request.cookies.get(COOKIE))
         visitor: ConsoleSession | None = None
         if session is None:  # not logged in: the login form's own session, never the session cookie

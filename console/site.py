@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from console import config_page, conversations, logs, memory_page, pages, tools_page, usage_page
+from channels.web.channel import WebChannel
+from console import chat_page, config_page, conversations, logs, memory_page, pages, tools_page, usage_page
 from console.server import WebConsole
 
 if TYPE_CHECKING:
@@ -20,13 +21,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("console.server")  # its lines read as the server's, as before this module
 #: every page module's routes, in the order they are added
 PAGES = tuple(m.add_routes for m in (pages, conversations, memory_page, config_page, logs, usage_page,
-                                                tools_page))
+                                                tools_page, chat_page))
 
 
 def web_console(services: Services, channel_failures: dict[str, str] | None = None, *,
                 channels: list[BaseChannel] | None = None, leadership: Leadership | None = None) -> WebConsole:
     """The console of ``services`` with every page (not started)."""
-    return WebConsole(services, channel_failures, channels=channels, leadership=leadership, pages=PAGES)
+    console = WebConsole(services, channel_failures, channels=channels, leadership=leadership, pages=PAGES)
+    console.public_paths.append(chat_page.public_path)
+    return console
 
 
 async def start_console(services: Services, channel_failures: dict[str, str] | None = None, *,
@@ -38,5 +41,10 @@ async def start_console(services: Services, channel_failures: dict[str, str] | N
         started = await console.start()
     except Exception:  # noqa: BLE001 - the console must never stop the chat channels
         logger.exception("web console: failed to start")
+        started = False
+    if not started:
+        for channel in channels or ():
+            if isinstance(channel, WebChannel):  # its pages are the console's: it cannot run either
+                channel.console_failed(console.refusal() or "see the line above in bot.log")
         return None
-    return console if started else None
+    return console

@@ -62,8 +62,8 @@ class Admins:
 
     def is_admin(self, msg: IncomingMessage) -> bool:
         """Admins: the operator's channels (the terminal), ``admin_users`` entries, and ``/auth`` grants."""
-        if msg.channel in self.operator_channels:
-            return True
+        if msg.channel in self.operator_channels or msg.extra.get("operator") is True:
+            return True  # the terminal, or a channel's own operator (the console's web chat page)
         key = f"{msg.channel}:{msg.user_id}"
         return key in self.config().admin_users or key in self._grants
 

@@ -294,3 +294,18 @@ class UsageFlightRow(Base):
     group_id: Mapped[str] = mapped_column(String(255))
     tokens: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- small values every process shares (issue 45) ------------------------------------------------------------
+class SharedValueRow(Base):
+    """A named value every process reads: a platform's access token (WeCom) with its expiry, the web chat's
+    signing key. ``lease_until`` is set by the process refreshing the value, so only one does
+    (store/shared_values.py)."""
+
+    __tablename__ = "shared_values"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, default="")
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -33,7 +33,9 @@ wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezon
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
 memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password
 model_max_parallel vision speech_to_text_model usage_cap_user_daily_tokens usage_cap_group_daily_tokens
-usage_cap_daily_tokens usage_fallback_model mcp_servers tools_window_share""".split()
+usage_cap_daily_tokens usage_fallback_model mcp_servers tools_window_share
+wecom_corp_id wecom_agent_id wecom_secret wecom_token wecom_aes_key
+wecom_port wecom_base_url web_chat_public web_chat_rate_per_minute""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -70,6 +72,9 @@ def test_defaults_cover_every_contract_key():
     assert (cfg.usage_cap_user_daily_tokens, cfg.usage_cap_group_daily_tokens, cfg.usage_cap_daily_tokens) == (0, 0, 0)
     assert cfg.usage_fallback_model == ""
     assert (cfg.mcp_servers, cfg.tools_window_share) == ({}, 0.15)
+    assert (cfg.wecom_corp_id, cfg.wecom_agent_id, cfg.wecom_secret, cfg.wecom_token, cfg.wecom_aes_key) == ("",) * 5
+    assert (cfg.wecom_port, cfg.wecom_base_url) == (8701, "https://qyapi.weixin.qq.com")
+    assert (cfg.web_chat_public, cfg.web_chat_rate_per_minute) == (False, 6)
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 
