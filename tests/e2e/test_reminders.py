@@ -151,7 +151,9 @@ async def test_daily_reminder_fires_on_two_consecutive_simulated_days(servers, t
             while not check():  # noqa: ASYNC110 - the fake servers run in threads: there is nothing to await
                 await asyncio.sleep(0.05)
 
-    with time_machine.travel(datetime(2026, 3, 28, 8, 59, 56, tzinfo=berlin), tick=True) as clock:
+    # The app starts an hour early, so a slow start on a busy machine cannot pass 09:00 before the reminder is
+    # set; the clock is moved to just before 09:00 once it is.
+    with time_machine.travel(datetime(2026, 3, 28, 8, 0, 0, tzinfo=berlin), tick=True) as clock:
         app = App(path)
         run = asyncio.create_task(app.run(load_config(path, environ={})))
         try:
@@ -160,9 +162,11 @@ async def test_daily_reminder_fires_on_two_consecutive_simulated_days(servers, t
             await until(lambda: sent_to(api, 23))
             assert sent_to(api, 23)[0] == ("OK, I'll remind you Sat 2026-03-28 09:00 (Europe/Berlin), then every day "
                                            "at 09:00: water the plants")
+            assert reminders_sent(api, 23) == []
+            clock.move_to(datetime(2026, 3, 28, 8, 59, 57, tzinfo=berlin))
             await until(lambda: reminders_sent(api, 23))
             assert reminders_sent(api, 23) == ["⏰ Reminder: water the plants"]
-            clock.move_to(datetime(2026, 3, 29, 8, 59, 58, tzinfo=berlin))  # the next day (CEST from 02:00)
+            clock.move_to(datetime(2026, 3, 29, 8, 59, 55, tzinfo=berlin))  # the next day (CEST from 02:00)
             await asyncio.sleep(1.0)
             assert len(reminders_sent(api, 23)) == 1
             await until(lambda: len(reminders_sent(api, 23)) >= 2)
