@@ -92,3 +92,29 @@ def test_sigterm_lets_an_in_flight_turn_finish(servers, tmp_path):
         assert [m["text"] for m in api.sent if m["chat_id"] in (12, "12")] == ["echo: slow one"]
     finally:
         assert bot.stop() == 0
+
+
+def test_restore_summaries_start_at_start_up_so_the_first_reply_does_not_wait(servers, tmp_path):
+    # Issue 40: the first reply after a restart waited 5-10 s for the restore summary (DESIGN §4).
+    api, llm = servers
+    bot = BotProcess(tmp_path, **settings(api, llm)).start()
+    for i in range(6):  # three more turns than a restart restores (max(3, 20 // 6)): they need a summary
+        api.push_text(10, f"fact number {i}", user_id=10)
+        wait_sent(api, 10, i + 1)
+    assert bot.stop() == 0
+    answered = len(llm.requests)
+    bot.start()
+    try:
+        # before anyone writes: the session is restored and its restore summary written in the background
+        bot.wait_for_log("restored 1 recent session(s) ahead of their first message")
+        bot.wait_for_log("session telegram:10 restore seqs 1-6: 3 turns, summarised")
+        (summary_request,) = llm.requests[answered:]
+        assert "fact number 2" in str(summary_request["messages"]) and "tools" not in summary_request
+        api.push_text(10, "which facts do you know?", user_id=10)
+        wait_sent(api, 10, 7)
+        assert "for the summary of the restored history" not in bot.log()  # the first reply did not wait
+        reply_request = llm.requests[-1]
+        assert user_texts(reply_request)[-1].endswith("which facts do you know?")
+        assert "fact number 0" in str(reply_request["messages"])  # the skipped turns, in the summary
+    finally:
+        assert bot.stop() == 0
