@@ -113,7 +113,8 @@ async def test_a_refused_endpoint_is_not_an_error_at_discovery():
 @pytest.mark.parametrize(("name", "window"), [
     ("openai_overflow", 128000), ("vllm_overflow", 4096), ("vllm_overflow_new", 2048),
     ("vllm_engine_overflow", 2048), ("vllm_passed_overflow", 2048), ("llamacpp_overflow", 512),
-    ("sglang_overflow", 4096), ("sglang_requested_overflow", 4096), ("lmstudio_overflow", 7866),
+    ("sglang_overflow", 4096), ("sglang_requested_overflow", 4096), ("sglang_input_overflow", 100),
+    ("lmstudio_overflow", 7866),
     ("lmstudio_n_keep", 7424), ("deepseek_overflow", 65536), ("ollama_overflow", None),
 ])
 def test_the_window_an_overflow_error_names(name, window):
@@ -168,6 +169,7 @@ async def test_a_local_server_that_says_nothing_is_assumed_small_until_told(fake
 
 @pytest.mark.parametrize(("name", "prompt"), [
     ("vllm_overflow", 4488), ("deepseek_overflow", 70321), ("llamacpp_overflow", 600), ("sglang_overflow", 5017),
+    ("sglang_input_overflow", 150),
     ("vllm_overflow_new", 2301), ("vllm_passed_overflow", 2101), ("vllm_engine_overflow", 2301),
     ("lmstudio_overflow", 10136), ("openai_overflow", None), ("anthropic_overflow", None),
 ])

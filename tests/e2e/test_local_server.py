@@ -98,3 +98,14 @@ def test_an_overflow_naming_a_window_smaller_than_the_setting_is_fitted_to_it(tm
     assert "Model window: 2,048 tokens (from the server's overflow error)" in out
     first, second = [body for body in local.requests if "tools" in body]  # the replies (not the summary)
     assert first["max_tokens"] > 2048 > second["max_tokens"]
+
+
+def test_sglangs_overflow_is_recognised_and_fitted_to(tmp_path, local):
+    # Issue 40: "The input (150 tokens) is longer than the model's context length (100 tokens)." (SGLang, 400)
+    local.enqueue_provider_error("sglang_input_overflow")
+    local.enqueue_text("Fitted.")
+    proc = run_app(tmp_path, "hi\n", open_ai_api_base=local.base_url, model="smollm2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["Fitted."]
+    assert "the model rejected the context as too long: The input (150 tokens)" in proc.stderr
+    assert "the server's overflow error says the context window is 100 tokens" in proc.stderr
