@@ -92,6 +92,7 @@ class Window:
         return f"{self.tokens:,} tokens (from {self.source})"
 
 
+@functools.lru_cache(maxsize=16)
 def _local(base_url: str | None) -> bool:
     """True for an endpoint on a loopback or private address (agent/slots.py); False for none or a bad URL."""
     try:
