@@ -112,7 +112,7 @@ def restart_piped(tmp_path: Path) -> subprocess.CompletedProcess:
 def test_ctrl_c_while_a_reply_streams_lets_it_finish(tmp_path, openai_server):
     # Issue 40: Ctrl-C pressed while a reply streamed exited in 0.1 s (kill -INT from outside waited), and the
     # half-written reply was answered again from scratch at the next start.
-    openai_server.enqueue_stream(LONG_REPLY, delay=0.2, piece=8)  # about 6 s of streaming, within the 10 s grace
+    openai_server.enqueue_stream(LONG_REPLY, delay=0.15, piece=8)  # about 4.5 s of streaming: within the 10 s grace
     child = spawn(tmp_path, openai_server.base_url, web_console_port=0)
     try:
         expect(child, "you>")
