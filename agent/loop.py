@@ -244,6 +244,11 @@ class Agent:
         return Budget(max_turns=cfg.agent_max_context_turns,
                       max_tokens=history_budget(cfg.agent_max_context_tokens, window, reserved))
 
+    def overhead(self, state: SessionState, system_prompt: str) -> tuple[int, int]:
+        """What every request of this session carries besides its turns, in tokens: the system prompt with the
+        injected summary, and the tools' schemas (as :meth:`budget` counts them; /context shows both)."""
+        return self._reserved(state, system_prompt), self._tools_tokens(self.tools.schemas() or None)
+
     def _reserved(self, state: SessionState, system_prompt: str) -> int:
         """Tokens of the system prompt and the injected summary."""
         model = self.model()

@@ -1,7 +1,9 @@
 """The model's context window, and where it came from (DESIGN §2.2).
 
 In order: ``model_context_window`` from config.json; what the server said (asked at start and when the model
-changes, or read from an overflow error); the table of known models (:mod:`agent.tokens`); else 128,000. With
+changes, or read from an overflow error); the table of known models (:mod:`agent.tokens`); else 2,048 for a
+server on a loopback or private address (:data:`LOCAL_DEFAULT_WINDOW`), 128,000 for any other. A window an
+overflow error names wins over a larger ``model_context_window`` too: the server knows its window. With
 ``model_context_window`` 0 and a model the table does not know, the server is asked, concurrently:
 
 - llama.cpp's server: ``GET /props`` (``default_generation_settings.n_ctx``, a slot's window);
@@ -12,7 +14,9 @@ changes, or read from an overflow error); the table of known models (:mod:`agent
 
 llama-cpp-python's server says its window nowhere but in its overflow errors ("This model's maximum context
 length is 2048 tokens"); every server's overflow wording that names the window teaches it too, so one overflow
-is the most a newcomer meets.
+is the most a newcomer meets. Its default window is 2,048 tokens, which is why a local server that says
+nothing is assumed to have that window rather than a hosted model's 128,000: a newcomer's first turns fit
+(DESIGN §2.2), and a bigger window is one ``model_context_window`` away.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent.slots import is_local_endpoint
 from agent.tokens import CONTEXT_WINDOWS, DEFAULT_CONTEXT_WINDOW, context_window
 
 if TYPE_CHECKING:
@@ -39,6 +44,11 @@ DISCOVERY_TIMEOUT = 15.0
 CONFIGURED = "model_context_window in config.json"
 TABLE = "the table of known models"
 DEFAULT = "the default for a model the table does not know"
+LOCAL_DEFAULT = "the default for a local server that does not say its window"
+
+#: The window assumed for a server on a loopback or private address that does not say its window and whose
+#: model the table does not know: llama-cpp-python's default ``n_ctx``, the smallest a local server runs with.
+LOCAL_DEFAULT_WINDOW = 2048
 OVERFLOW = "the server's overflow error"
 
 #: "Too long" wordings that name the window (lower case).
@@ -80,6 +90,15 @@ class Window:
     def describe(self) -> str:
         """``2,048 tokens (from llama.cpp's /props)``."""
         return f"{self.tokens:,} tokens (from {self.source})"
+
+
+@functools.lru_cache(maxsize=16)
+def _local(base_url: str | None) -> bool:
+    """True for an endpoint on a loopback or private address (agent/slots.py); False for none or a bad URL."""
+    try:
+        return bool(base_url) and is_local_endpoint(base_url)
+    except ValueError:
+        return False
 
 
 @functools.lru_cache(maxsize=256)
@@ -130,13 +149,19 @@ class ModelWindows:
     def get(self, model: str) -> Window:
         """The window of ``model``: configured (for the main model), found, the table's, or the default."""
         cfg = self.config()
-        if model == cfg.model and cfg.model_context_window > 0:
-            return Window(cfg.model_context_window, CONFIGURED)
         found = self._found.get(model)
+        if model == cfg.model and cfg.model_context_window > 0:
+            # An overflow that named a smaller window wins over the setting: the server knows its window.
+            if found is not None and found.source == OVERFLOW and found.tokens < cfg.model_context_window:
+                return found
+            return Window(cfg.model_context_window, CONFIGURED)
         if found is not None:
             return found
         known = table_window(model)
-        return Window(known, TABLE) if known is not None else Window(DEFAULT_CONTEXT_WINDOW, DEFAULT)
+        if known is not None:
+            return Window(known, TABLE)
+        return Window(LOCAL_DEFAULT_WINDOW, LOCAL_DEFAULT) if _local(cfg.open_ai_api_base) else \
+            Window(DEFAULT_CONTEXT_WINDOW, DEFAULT)
 
     def needs_asking(self, model: str) -> bool:
         """True when nothing but the server can say the window: not configured, and unknown to the table."""
@@ -150,17 +175,24 @@ class ModelWindows:
         logger.debug("model %s: context window %s", model, window.describe())
 
     def learn_from_error(self, model: str, message: str, sent: int | None = None) -> bool:
-        """After an overflow: take the window the error names when it is smaller than the one assumed (and
-        not configured), and, when it gives the server's count of the prompt we counted as ``sent`` tokens,
-        how much more the server counts. True when either changed."""
+        """After an overflow: take the window the error names when it is smaller than the one in force (also
+        when ``model_context_window`` is set larger: the server knows its window), and, when it gives the
+        server's count of the prompt we counted as ``sent`` tokens, how much more the server counts. True when
+        either changed."""
         changed = False
         named = window_in_error(message)
         current = self.get(model)
-        if named is not None and current.source != CONFIGURED and named < current.tokens:
+        if named is not None and named < current.tokens:
             self._found[model] = Window(named, OVERFLOW)
-            logger.warning("model %s: the server's overflow error says the context window is %d tokens, not %d; "
-                           "using it from now on (set model_context_window to %d in config.json to start with it)",
-                           model, named, current.tokens, named)
+            if current.source == CONFIGURED:
+                logger.warning("model %s: the server's overflow error says the context window is %d tokens, but "
+                               "model_context_window in config.json is larger (%d); fitting to the server's %d "
+                               "from now on (set model_context_window to %d or less)",
+                               model, named, current.tokens, named, named)
+            else:
+                logger.warning("model %s: the server's overflow error says the context window is %d tokens, not "
+                               "%d; using it from now on (set model_context_window to %d in config.json to start "
+                               "with it)", model, named, current.tokens, named)
             changed = True
         theirs = prompt_in_error(message)
         if theirs is not None and sent and theirs > sent * self.ratio(model):
@@ -177,9 +209,11 @@ class ModelWindows:
             return None
         found = await ask_server(model, get_json)
         if found is None:
+            assumed = self.get(model)
+            hint = "larger" if assumed.source == LOCAL_DEFAULT else "smaller"
             logger.warning("model %s: the server did not say its context window; assuming %d tokens until an "
                            "overflow error says otherwise. Set model_context_window in config.json if the server's "
-                           "window is smaller.", model, DEFAULT_CONTEXT_WINDOW)
+                           "window is %s.", model, assumed.tokens, hint)
             return None
         self.learn(model, found)
         return found
@@ -268,4 +302,5 @@ async def _ollama_show(model: str, get_json: GetJson) -> Window | None:
     return None
 
 
-__all__ = ["ModelWindows", "Window", "ask_server", "prompt_in_error", "table_window", "window_in_error"]
+__all__ = ["LOCAL_DEFAULT_WINDOW", "ModelWindows", "Window", "ask_server", "prompt_in_error", "table_window",
+           "window_in_error"]

@@ -218,6 +218,12 @@ class App:
         if services.locks.shared and services.summarizer is not None:
             adopt = asyncio.create_task(adopt_summary_orphans(services.summarizer), name="summary orphans")
             await self.background.start("summary orphans", None, adopt.cancel)
+        if services.summarizer is not None and not services.locks.shared:  # DESIGN §4: restore summaries ahead
+            from agent.restore_ahead import restore_ahead
+
+            ahead = asyncio.create_task(restore_ahead(services.store, services.sessions, services.config.current),
+                                        name="restore ahead")
+            await self.background.start("restore ahead", None, ahead.cancel)
         probe = asyncio.create_task(self._check_model_endpoint(services.config.current), name="model endpoint probe")
         await self.background.start("model endpoint probe", None, probe.cancel)
         from console.site import start_console  # aiohttp and Jinja2: imported after "ready"

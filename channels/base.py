@@ -156,6 +156,9 @@ class BaseChannel(ABC):
     #: photos and voice notes of this channel are fetched with :meth:`download` and given to the model (DESIGN
     #: §5.1); False: they get the short "text only" note, as stickers and other files do
     fetches_media: bool = False
+    #: True when a reply can point at the message it answers (Telegram's reply_parameters): a resumed answer
+    #: then answers the question itself; other channels quote the question above the answer (issue 40)
+    threads_replies: bool = False
 
     async def download(self, msg: IncomingMessage) -> bytes | None:
         """The bytes of the photo or voice note ``msg`` carries, fetched from the platform (DESIGN §5.1); None

@@ -3,7 +3,8 @@
 On a terminal it is a small chat window built on prompt_toolkit: line editing and history (arrow keys
 move the cursor or recall a line, they never become text), a start banner, a "thinking…" line below
 the prompt while a reply is on its way, replies and log lines printed above the prompt (never into
-it), Ctrl-D to quit and Ctrl-C to stop at once. prompt_toolkit rather than readline: readline's
+it), Ctrl-D to quit and Ctrl-C to stop as SIGINT does (a reply being written gets up to 10 s to finish; a
+second Ctrl-C stops at once). prompt_toolkit rather than readline: readline's
 prompt is redrawn by hand after every line printed from another task, which is the doubled-prompt
 bug, while prompt_toolkit's ``patch_stdout`` does it for every write, logs included, and runs on the
 event loop instead of a blocking thread.

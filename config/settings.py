@@ -260,7 +260,8 @@ KEY_HELP: dict[str, str] = {
     "open_ai_api_base": "Any OpenAI-compatible endpoint.",
     "summary_model": "The model that writes summaries; empty means the chat model.",
     "model_context_window": ("The model's window in tokens; 0 means look it up: the table of known models, else the "
-                             "local server is asked (128000 if nothing says)."),
+                             "local server is asked (if nothing says: 2048 for a server on a loopback or private "
+                             "address, 128000 otherwise)."),
     "character_desc": "The system prompt: who the bot is and how it answers.",
     "agent_max_context_tokens": "Token budget for the history sent to the model.",
     "agent_max_context_turns": "Most turns sent to the model; over it, the oldest half is summarised and dropped.",

@@ -17,6 +17,7 @@ import logging
 import math
 import re
 import secrets
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -61,17 +62,20 @@ def public_path(path: str) -> bool:
     return path == PUBLIC or path.startswith(PUBLIC + "/")
 
 
+#: each console's signer of visitor cookies, made at its first use (its key read from the database once)
+_SIGNERS: weakref.WeakKeyDictionary[WebConsole, VisitorSigner] = weakref.WeakKeyDictionary()
+
+
 def _channel(console: WebConsole) -> WebChannel | None:
     return next((c for c in console.channels if isinstance(c, WebChannel)), None)
 
 
 async def _signer(console: WebConsole) -> VisitorSigner:
     """The signer of visitor cookies, its key shared by every process through the database."""
-    signer = getattr(console, "_web_chat_signer", None)
+    signer = _SIGNERS.get(console)
     if signer is None:
         key = await SharedValues(console.services.store).setdefault(KEY_NAME, secrets.token_hex(32))
-        signer = VisitorSigner(key.encode())
-        console._web_chat_signer = signer  # noqa: SLF001 - cached on the console it belongs to
+        signer = _SIGNERS.setdefault(console, VisitorSigner(key.encode()))
     return signer
 
 

@@ -16,6 +16,12 @@ from typing import Any
 
 from core.text import clean_text
 
+#: ``IncomingMessage.extra`` of a message answered by crash resume (dispatcher/resume.py): True, so a channel that
+#: threads replies answers the message itself (Telegram's reply_parameters) ...
+RESUMED = "resumed"
+#: ... and on other channels the quoted question, shown above the answer (dispatcher/replies.py ``reply_prefix``)
+RESUMED_QUOTE = "resumed_quote"
+
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)

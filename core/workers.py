@@ -111,9 +111,11 @@ class KeyedWorkers(Generic[T]):
 
     # --- waiting and shutdown ----------------------------------------------------------------
     async def wait_idle(self) -> None:
-        """Wait until no key has queued or running items (items submitted meanwhile included)."""
+        """Wait until no key has queued or running items (items submitted meanwhile included). Cancelling the
+        wait leaves the items running: ``asyncio.wait``, not ``gather``, whose cancellation cancels every
+        worker it waits on (a Ctrl-C in the terminal cut the reply being written so, issue 40)."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+            await asyncio.wait(list(self._tasks.values()))
 
     async def drain(self, grace: float) -> dict[Hashable, list[T]]:
         """Wait up to ``grace`` s for every queued item; cancel the rest and return them by key.

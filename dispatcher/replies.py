@@ -26,7 +26,7 @@ from core.errors import (
     QuotaLLMError,
     TransientLLMError,
 )
-from core.messages import IncomingMessage, ReplyStream
+from core.messages import RESUMED_QUOTE, IncomingMessage, ReplyStream
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -49,10 +49,17 @@ TYPING_INTERVAL = 4.0
 STILL_WORKING_AFTER = 20.0
 
 
+def reply_prefix(cfg: Config, msg: IncomingMessage) -> str:
+    """What goes before a reply to ``msg``: the question a resumed answer answers, quoted, on a channel that
+    cannot point at it (dispatcher/resume.py), then the configured prefix for private or group chats."""
+    prefix = (cfg.group_chat_reply_prefix if msg.is_group else cfg.single_chat_reply_prefix) or ""
+    quote = msg.extra.get(RESUMED_QUOTE)
+    return f"{quote}\n\n{prefix}" if quote else prefix
+
+
 def with_prefix(cfg: Config, msg: IncomingMessage, text: str) -> str:
-    """``text`` with the configured reply prefix for private or group chats."""
-    prefix = cfg.group_chat_reply_prefix if msg.is_group else cfg.single_chat_reply_prefix
-    return f"{prefix}{text}" if prefix else text
+    """``text`` with :func:`reply_prefix` (no text: none)."""
+    return f"{reply_prefix(cfg, msg)}{text}" if text else text
 
 
 def error_reply(session_id: str, exc: BaseException, cfg: Config) -> str:
@@ -161,5 +168,4 @@ def open_stream(channel: BaseChannel | None, cfg: Config, msg: IncomingMessage) 
     stream = channel.open_stream(msg)
     if stream is None:
         return None
-    prefix = cfg.group_chat_reply_prefix if msg.is_group else cfg.single_chat_reply_prefix
-    return StreamedReply(stream, prefix or "")
+    return StreamedReply(stream, reply_prefix(cfg, msg))

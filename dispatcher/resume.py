@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mappi
 from typing import TYPE_CHECKING
 
 from channels.base import BaseChannel
-from core.messages import IncomingMessage
+from core.messages import RESUMED, RESUMED_QUOTE, IncomingMessage
 from core.records import PendingIncoming
 from dispatcher.identity import session_for
 from dispatcher.intake import RecentIds, WorkItem, evaluate
+from reminders.firing import REMINDER
 from store.conversations import ConversationStore
 
 if TYPE_CHECKING:
@@ -50,9 +51,32 @@ async def pending_items(store: ConversationStore, cfg: Config, channels: Mapping
         if live_ids is None and (msg.channel, msg.message_id) in recent:
             continue
         recent.add(msg.channel, msg.message_id)
-        item = await resumed_item(store, cfg, channel, row, msg)
+        item = await resumed_item(store, cfg, channel, row, answering(msg, channel))
         item.reply = replies.get(row.id)
         yield item
+
+
+#: The most of a question a resumed answer quotes, in characters.
+QUOTE_CHARS = 200
+
+
+def answering(msg: IncomingMessage, channel: BaseChannel) -> IncomingMessage:
+    """``msg``, marked so that its answer, coming after a restart and maybe after later messages, shows the
+    question it answers: a channel that threads replies answers the message itself (Telegram), any other gets
+    the question quoted above the answer (issue 40)."""
+    if msg.content_type == REMINDER:  # a reminder due during the outage answers no question
+        return msg
+    extra = {**msg.extra, RESUMED: True}
+    if not channel.threads_replies:
+        extra[RESUMED_QUOTE] = quote(msg.text.strip() or f"[{msg.content_type}]")
+    return dataclasses.replace(msg, extra=extra)
+
+
+def quote(text: str) -> str:
+    """``text`` as a quote: each line after "> ", cut to :data:`QUOTE_CHARS` characters."""
+    if len(text) > QUOTE_CHARS:
+        text = text[:QUOTE_CHARS - 1].rstrip() + "…"
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines())
 
 
 async def resumed_item(store: ConversationStore, cfg: Config, channel: BaseChannel, row: PendingIncoming,

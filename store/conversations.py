@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoResultFound, OperationalError
 
@@ -491,6 +491,19 @@ class ConversationStore:
         return await self.database.run_long(delete_old_group_messages, cutoff, batch)
 
     # --- several processes (DESIGN §10) ----------------------------------------------------
+    async def sessions_to_restore(self, since: datetime, unsummarised: int, limit: int) -> list[SessionInfo]:
+        """Sessions active since ``since`` with more than ``unsummarised`` messages after both the context
+        boundary and the summary, latest first, at most ``limit``: those whose first message after a start
+        would wait for a restore summary (agent/restore_ahead.py)."""
+        covered = case((_S.context_start_seq - 1 > _S.summarized_through_seq, _S.context_start_seq - 1),
+                       else_=_S.summarized_through_seq)
+        stmt = (select(_S.session_id, _S.channel, _S.chat_id, _S.user_id, _S.is_group, _S.title)
+                .where(_S.last_active >= bindparam("since", type_=UTCDateTime()),
+                       _S.last_seq - covered > bindparam("n"))
+                .order_by(_S.last_active.desc()).limit(bindparam("limit")))
+        rows = await self.run(_all, stmt, {"since": since, "n": unsummarised, "limit": limit})
+        return [SessionInfo(row[0], row[1], row[2], row[3], bool(row[4]), row[5] or "") for row in rows]
+
     async def pending_sessions(self, channels: list[str]) -> list[str]:
         """Sessions with unanswered messages of the given channels."""
         return await self.run(_scalars, select(_I.session_id).where(

@@ -51,7 +51,7 @@ from channels.telegram.sender import retry_seconds, send_or_edit_html
 from channels.telegram.stream import TelegramReplyStream
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks
 from channels.telegram.webhook import WebhookServer
-from core.messages import IncomingMessage, ReplyStream
+from core.messages import RESUMED, IncomingMessage, ReplyStream
 from core.retry import FLOOD_LIMIT
 
 if TYPE_CHECKING:
@@ -167,6 +167,7 @@ class TelegramChannel(BaseChannel):
 
     answered_anywhere = True  # the Bot API takes a reply from any process
     fetches_media = True  # getFile and the file URL (DESIGN §5.1)
+    threads_replies = True  # reply_parameters: a resumed answer answers its question (dispatcher/resume.py)
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
@@ -485,8 +486,9 @@ class TelegramChannel(BaseChannel):
 
 
 def _reply_parameters(to: IncomingMessage) -> ReplyParameters | None:
-    """In groups, the first chunk answers the triggering message, so it is clear whom the bot answers."""
-    if not to.is_group or ":" not in to.message_id:
+    """In groups, the first chunk answers the triggering message, so it is clear whom the bot answers; so does a
+    resumed answer (crash resume), so it is clear which question it answers."""
+    if not (to.is_group or to.extra.get(RESUMED)) or ":" not in to.message_id:
         return None
     try:
         message_id = int(to.message_id.rsplit(":", 1)[1])

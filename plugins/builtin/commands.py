@@ -72,7 +72,13 @@ async def context_command(request: CommandRequest) -> str:
     history = sum(m.tokens if m.tokens is not None else counter.count_message(m.message) for m in state.messages)
     roles = Counter(m.message.get("role", "?") for m in state.messages)
     by_role = ", ".join(f"{role} {roles[role]}" for role in ("user", "assistant", "tool", "system") if roles[role])
-    fraction = history / budget.max_tokens if budget.max_tokens else 0.0
+    # Every request carries the system prompt, the summary and the tools' schemas besides the turns: on a small
+    # window the schemas alone can be half of it, so they count as used (issue 40).
+    reserved, tools_tokens = agent.overhead(state, system)
+    used = history + reserved + tools_tokens
+    limit = budget.max_tokens + reserved + tools_tokens
+    fraction = used / limit if limit else 0.0
+    schemas = agent.tools.schemas()
     if state.summary:
         summary = f"yes ({_plural(state.summary_turns, 'earlier turn')}, ~{counter.count_text(state.summary):,} tokens)"
     else:
@@ -82,8 +88,10 @@ async def context_command(request: CommandRequest) -> str:
         f"Context of {request.session_id}",
         f"Turns: {len(state.turns())} of {budget.max_turns}",
         f"Messages: {len(state.messages)}" + (f" ({by_role})" if by_role else ""),
-        f"Tokens{approx}: {bar(fraction)} {fraction:.0%} of {budget.max_tokens:,} ({history:,} used)",
+        f"Tokens{approx}: {bar(fraction)} {fraction:.0%} of {limit:,} ({used:,} used, {history:,} of them by the "
+        "turns)",
         f"System prompt: ~{counter.count_text(system):,} tokens",
+        f"Tools' schemas: ~{tools_tokens:,} tokens ({_plural(len(schemas), 'tool')})",
         f"Model window: {agent.windows.get(cfg.model).describe()}",
         f"Summary: {summary}",
     ]

@@ -324,6 +324,7 @@ EXPECTED = {
     "vllm_engine_overflow": ContextOverflowError, "vllm_passed_overflow": ContextOverflowError,
     "ollama_012_overflow": ContextOverflowError, "ollama_native_overflow": ContextOverflowError,
     "sglang_requested_overflow": ContextOverflowError, "sglang_value_error": ContextOverflowError,
+    "sglang_input_overflow": ContextOverflowError,
     "lmstudio_n_keep": ContextOverflowError, "lmstudio_mid_generation": ContextOverflowError,
     "anthropic_compat_overflow": ContextOverflowError, "nginx_413": ContextOverflowError,
     "llamacpp_404": EndpointNotFoundError, "ollama_404": EndpointNotFoundError, "vllm_404": EndpointNotFoundError,

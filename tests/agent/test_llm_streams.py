@@ -113,6 +113,19 @@ async def test_an_overflow_inside_a_stream_is_classified_like_over_http(fake):
     assert len(fake.requests) == 1  # an overflow is never sent again as it is
 
 
+async def test_sglangs_overflow_inside_a_stream_is_an_overflow(fake):
+    from tests.fakes.provider_errors import SGLANG_STREAM_OVERFLOW
+
+    fake.enqueue_stream("", error=SGLANG_STREAM_OVERFLOW)
+    llm = client(fake)
+    try:
+        with pytest.raises(ContextOverflowError, match=r"The input \(150 tokens\) is longer than the model's"):
+            await llm.stream(USER, on_text=Shown())
+    finally:
+        await llm.close()
+    assert len(fake.requests) == 1
+
+
 async def test_a_server_error_inside_a_stream_is_retried(fake):
     fake.enqueue_stream("", error={"message": "the model is overloaded", "type": "server_error",
                                    "code": "server_error"})

@@ -190,11 +190,12 @@ async def test_an_overflow_error_that_names_the_window_teaches_it(parts):
     assert tools > 100
     assert agent.budget(state, "").max_tokens == history_budget(50_000, 2048, tools) == 1844 - tools
     assert llm.history[-1].max_tokens <= 2048
-    # a window that is configured is never overridden
+    # a window configured larger is fitted to as well: the server knows its window (issue 40)
     agent, state, _ = await make(parts, llm, model="smollm2", model_context_window=4096)
     llm.enqueue(ContextOverflowError("This model's maximum context length is 2048 tokens", status=400))
     await turn(agent, state, "again")
-    assert agent.windows.get("smollm2").tokens == 4096
+    assert agent.windows.get("smollm2").tokens == 2048
+    assert llm.history[-1].max_tokens <= 2048
     assert agent.windows.get("gpt-4o").source == TABLE
 
 

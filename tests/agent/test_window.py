@@ -11,6 +11,7 @@ from agent.llm import OpenAILLM
 from agent.window import (
     CONFIGURED,
     DEFAULT,
+    LOCAL_DEFAULT,
     OVERFLOW,
     TABLE,
     ModelWindows,
@@ -112,7 +113,8 @@ async def test_a_refused_endpoint_is_not_an_error_at_discovery():
 @pytest.mark.parametrize(("name", "window"), [
     ("openai_overflow", 128000), ("vllm_overflow", 4096), ("vllm_overflow_new", 2048),
     ("vllm_engine_overflow", 2048), ("vllm_passed_overflow", 2048), ("llamacpp_overflow", 512),
-    ("sglang_overflow", 4096), ("sglang_requested_overflow", 4096), ("lmstudio_overflow", 7866),
+    ("sglang_overflow", 4096), ("sglang_requested_overflow", 4096), ("sglang_input_overflow", 100),
+    ("lmstudio_overflow", 7866),
     ("lmstudio_n_keep", 7424), ("deepseek_overflow", 65536), ("ollama_overflow", None),
 ])
 def test_the_window_an_overflow_error_names(name, window):
@@ -122,19 +124,52 @@ def test_the_window_an_overflow_error_names(name, window):
     assert window_in_error(str(classify(status, body))) == window
 
 
-def test_an_overflow_teaches_a_smaller_window_but_never_overrides_the_config():
+def test_an_overflow_teaches_a_smaller_window():
     found = windows()
     assert found.learn_from_error("smollm2", "This model's maximum context length is 2048 tokens.")
     assert found.get("smollm2") == Window(2048, OVERFLOW)
     assert not found.learn_from_error("smollm2", "This model's maximum context length is 4096 tokens.")
     assert not found.learn_from_error("smollm2", "prompt is too long")
+
+
+def test_the_server_named_window_wins_over_a_larger_setting_and_the_log_says_so(caplog):
+    # Issue 40: with model_context_window set larger, the overflow went straight to the fixed stages.
+    caplog.set_level(logging.WARNING, "agent.window")
     configured = windows(model_context_window=4096)
-    assert not configured.learn_from_error("smollm2", "This model's maximum context length is 2048 tokens.")
-    assert configured("smollm2") == 4096
+    assert configured.learn_from_error("smollm2", "This model's maximum context length is 2048 tokens.")
+    assert configured.get("smollm2") == Window(2048, OVERFLOW)
+    assert configured("smollm2") == 2048
+    assert ("the server's overflow error says the context window is 2048 tokens, but model_context_window in "
+            "config.json is larger (4096)") in caplog.text
+    # A setting smaller than the server's window stays: the user chose it.
+    smaller = windows(model_context_window=1024)
+    assert not smaller.learn_from_error("smollm2", "This model's maximum context length is 2048 tokens.")
+    assert smaller.get("smollm2") == Window(1024, CONFIGURED)
+
+
+async def test_a_local_server_that_says_nothing_is_assumed_small_until_told(fake, caplog):
+    # Issue 40: llama-cpp-python says nothing about its window (default 2,048); the bot assumed 128,000.
+    caplog.set_level(logging.WARNING, "agent.window")
+    found, window = await discover(fake, open_ai_api_base=fake.base_url)
+    assert window is None
+    assert found.get("smollm2") == Window(2048, LOCAL_DEFAULT)
+    assert "assuming 2048 tokens until an overflow error says otherwise" in caplog.text
+    assert "if the server's window is larger" in caplog.text
+    # what the server says, the table and the setting all win over the assumption
+    assert found.learn_from_error("smollm2", "This model's maximum context length is 1024 tokens.")
+    assert found.get("smollm2") == Window(1024, OVERFLOW)
+    assert windows(open_ai_api_base=fake.base_url, model_context_window=8192).get("smollm2") == Window(8192, CONFIGURED)
+    assert windows(open_ai_api_base=fake.base_url).get("qwen2.5-7b") == Window(131_072, TABLE)
+    fake.discovery["/props"] = LLAMACPP_PROPS
+    found, window = await discover(fake, open_ai_api_base=fake.base_url)
+    assert found.get("smollm2") == Window(4096, "llama.cpp's /props")
+    # a hosted endpoint keeps the hosted default
+    assert windows(open_ai_api_base="https://api.example.com/v1").get("smollm2") == Window(128_000, DEFAULT)
 
 
 @pytest.mark.parametrize(("name", "prompt"), [
     ("vllm_overflow", 4488), ("deepseek_overflow", 70321), ("llamacpp_overflow", 600), ("sglang_overflow", 5017),
+    ("sglang_input_overflow", 150),
     ("vllm_overflow_new", 2301), ("vllm_passed_overflow", 2101), ("vllm_engine_overflow", 2301),
     ("lmstudio_overflow", 10136), ("openai_overflow", None), ("anthropic_overflow", None),
 ])

@@ -29,6 +29,8 @@ DATA_PROBES = {
     ("bootstrap/preflight.py", "exc"),  # a database error's driver error, when it wraps one
     ("config/settings.py", "exc"),  # an OSError's strerror, when it has one
     ("store/engine.py", "exc.orig"),  # sqlite3's error code, on Pythons that have it
+    ("channels/wecom/api.py", "exc.response"),  # the HTTP status of a failed WeCom call, when there was a response
+    ("channels/wecom/callback.py", "site._server"),  # aiohttp's bound sockets, to tell the port really bound
 }
 
 

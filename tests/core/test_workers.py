@@ -113,3 +113,26 @@ async def test_drain_with_nothing_to_do_and_a_worker_cancelled_before_it_ran():
     workers.submit("k", 1)  # its task has not started yet
     assert await workers.drain(0) == {"k": [1]}
     assert not workers.busy()
+
+
+async def test_cancelling_a_wait_for_idle_leaves_the_items_running():
+    # Issue 40: the runner cancels its wait for idle workers when a stop is asked (Ctrl-C in the terminal);
+    # waiting with gather cancelled the running item with it, the reply being written.
+    release = asyncio.Event()
+    done: list[str] = []
+
+    async def handle(key, item):
+        await release.wait()
+        done.append(item)
+
+    workers = KeyedWorkers(handle)
+    workers.submit("k", "reply")
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(workers.wait_idle())
+    await asyncio.sleep(0)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert workers.busy()
+    release.set()
+    assert await workers.drain(5) == {}
+    assert done == ["reply"]

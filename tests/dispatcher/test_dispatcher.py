@@ -221,7 +221,8 @@ async def test_crash_resume_answers_exactly_once(tmp_path):
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 1
         await bot.dispatcher.wait_idle()
-        assert bot.channel.texts() == ["echo: remember this"]
+        # the answer comes after a restart: it quotes the question it answers (issue 40)
+        assert bot.channel.texts() == ["> remember this\n\necho: remember this"]
         stored = await bot.store.load_messages("telegram:100")
         assert [m.message["role"] for m in stored] == ["user", "assistant"]
     async with Bot(tmp_path) as bot:
@@ -290,7 +291,8 @@ async def test_resume_finds_the_answer_of_its_own_turn_when_later_turns_exist(tm
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 1
         await bot.dispatcher.wait_idle()
-        assert bot.channel.texts() == ["answer one"]  # its own stored answer, not the session's last one
+        # its own stored answer, not the session's last one, under its question (issue 40)
+        assert bot.channel.texts() == ["> first\n\nanswer one"]
         assert bot.llm.calls == 0
 
 
@@ -339,7 +341,7 @@ async def test_messages_arriving_during_shutdown_are_answered_after_restart(tmp_
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 1
         await bot.dispatcher.wait_idle()
-        assert bot.channel.texts() == ["echo: sent while stopping"]
+        assert bot.channel.texts() == ["> sent while stopping\n\necho: sent while stopping"]
 
 
 async def test_a_failed_journal_write_during_shutdown_is_logged(tmp_path, caplog):

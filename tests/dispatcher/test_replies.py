@@ -107,3 +107,34 @@ async def test_typing_stops_when_its_turn_ends_as_the_answer_goes_idle():
     await asyncio.gather(typing, return_exceptions=True)
     assert not swallowed, "the cancellation was swallowed: typing went on"
     assert typing.cancelled() and channel.typing_calls == 1
+
+
+def test_a_resumed_answer_quotes_its_question_before_the_configured_prefix():
+    from channels.base import BaseChannel
+    from core.messages import IncomingMessage
+    from dispatcher.replies import with_prefix
+    from dispatcher.resume import QUOTE_CHARS, answering
+
+    class Plain(BaseChannel):
+        name = "plain"
+
+        async def start(self, intake: bool = True) -> None: ...
+
+        async def stop(self) -> None: ...
+
+        async def send(self, to, text) -> None: ...
+
+    class Threaded(Plain):
+        threads_replies = True
+
+    cfg = Config(single_chat_reply_prefix="[bot] ")
+    msg = IncomingMessage(channel="plain", chat_id="1", user_id="1", user_name="u", text="line one\nline two")
+    assert with_prefix(cfg, msg, "hi") == "[bot] hi"
+    assert with_prefix(cfg, answering(msg, Plain()), "hi") == "> line one\n> line two\n\n[bot] hi"
+    assert with_prefix(cfg, answering(msg, Threaded()), "hi") == "[bot] hi"  # the platform points at it
+    assert with_prefix(cfg, answering(msg, Plain()), "") == ""  # no answer, no quote alone
+    long = IncomingMessage(channel="plain", chat_id="1", user_id="1", user_name="u", text="x" * 1000)
+    quoted = with_prefix(Config(), answering(long, Plain()), "hi")
+    assert quoted.startswith("> x") and quoted.endswith("…\n\nhi") and len(quoted) < QUOTE_CHARS + 10
+    photo = IncomingMessage(channel="plain", chat_id="1", user_id="1", user_name="u", text="", content_type="photo")
+    assert with_prefix(Config(), answering(photo, Plain()), "nice") == "> [photo]\n\nnice"

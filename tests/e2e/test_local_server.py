@@ -61,3 +61,51 @@ def test_an_unresolvable_host_gets_one_line_at_start_and_in_chat(tmp_path):
             "open_ai_api_base in config.json for a typo, and the network.")
     assert proc.stdout.splitlines() == [hint]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_local_server_that_says_nothing_is_assumed_small_and_context_counts_the_schemas(tmp_path, local):
+    # Issue 40: llama-cpp-python says nothing about its window (its default is 2,048); the bot assumed 128,000
+    # and /context said "1% used" while the server counted 82%: the tools' schemas were not shown.
+    local.enqueue_text("Hello from the local model.")
+    proc = run_app(tmp_path, "hi\n/context\n", open_ai_api_base=local.base_url, model="smollm2")
+    assert proc.returncode == 0, proc.stderr
+    assert "the server did not say its context window; assuming 2048 tokens" in proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0] == "Hello from the local model."
+    assert "Model window: 2,048 tokens (from the default for a local server that does not say its window)" in out
+    (schemas,) = [line for line in out if line.startswith("Tools' schemas: ~")]
+    tools_tokens = int(schemas.split("~")[1].split()[0].replace(",", ""))
+    assert tools_tokens > 300  # the built-in tools' schemas, sent with every request
+    (tokens,) = [line for line in out if line.startswith("Tokens")]
+    used = int(tokens.split("(")[1].split()[0].replace(",", ""))
+    assert used > tools_tokens  # counted as used, with the system prompt and the turns
+    (chat,) = local.requests
+    assert chat["max_tokens"] < 2048  # the answer cap stays within the window assumed
+
+
+def test_an_overflow_naming_a_window_smaller_than_the_setting_is_fitted_to_it(tmp_path, local):
+    # Issue 40: with model_context_window set larger, the overflow went straight to the fixed stages.
+    local.enqueue_provider_error("vllm_overflow_new")  # "This model's maximum context length is 2048 tokens."
+    local.enqueue_text("Fitted.")
+    proc = run_app(tmp_path, "hi\n/context\n", open_ai_api_base=local.base_url, model="smollm2",
+                   model_context_window=8192)
+    assert proc.returncode == 0, proc.stderr
+    assert ("the server's overflow error says the context window is 2048 tokens, but model_context_window in "
+            "config.json is larger (8192); fitting to the server's 2048") in proc.stderr
+    assert "still too long" not in proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0] == "Fitted."
+    assert "Model window: 2,048 tokens (from the server's overflow error)" in out
+    first, second = [body for body in local.requests if "tools" in body]  # the replies (not the summary)
+    assert first["max_tokens"] > 2048 > second["max_tokens"]
+
+
+def test_sglangs_overflow_is_recognised_and_fitted_to(tmp_path, local):
+    # Issue 40: "The input (150 tokens) is longer than the model's context length (100 tokens)." (SGLang, 400)
+    local.enqueue_provider_error("sglang_input_overflow")
+    local.enqueue_text("Fitted.")
+    proc = run_app(tmp_path, "hi\n", open_ai_api_base=local.base_url, model="smollm2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["Fitted."]
+    assert "the model rejected the context as too long: The input (150 tokens)" in proc.stderr
+    assert "the server's overflow error says the context window is 100 tokens" in proc.stderr

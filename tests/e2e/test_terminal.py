@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pexpect
 from channels.terminal import THINKING, TerminalChannel, start_banner
 from config.settings import Config
 from core.messages import IncomingMessage
+from tests.fakes.bot_process import clean_env
 from tests.fakes.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +98,59 @@ def test_thinking_while_waiting_and_ctrl_c_stops_at_once(tmp_path, openai_server
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+
+
+LONG_REPLY = " ".join(f"word{i}" for i in range(40))
+
+
+def restart_piped(tmp_path: Path) -> subprocess.CompletedProcess:
+    """The next start, piped with nothing to read: it answers what the journal left unanswered, then exits."""
+    return subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(tmp_path / "config.json")],
+                          input="", capture_output=True, text=True, timeout=60, cwd=tmp_path, env=clean_env())
+
+
+def test_ctrl_c_while_a_reply_streams_lets_it_finish(tmp_path, openai_server):
+    # Issue 40: Ctrl-C pressed while a reply streamed exited in 0.1 s (kill -INT from outside waited), and the
+    # half-written reply was answered again from scratch at the next start.
+    openai_server.enqueue_stream(LONG_REPLY, delay=0.15, piece=8)  # about 4.5 s of streaming: within the 10 s grace
+    child = spawn(tmp_path, openai_server.base_url, web_console_port=0)
+    try:
+        expect(child, "you>")
+        child.send("tell me a long story\r")
+        openai_server.wait_for_requests(1, timeout=20)
+        child.sendcontrol("c")  # the turn is in flight: the request reached the model
+        expect(child, "stopping…", timeout=10)
+        expect(child, "waiting up to 10 s for the replies in progress; press Ctrl-C again to stop now")
+        screen = ANSI.sub("", expect(child, pexpect.EOF, timeout=30))
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert "word39" in screen  # the whole reply came
+    log = "".join(path.read_text(encoding="utf-8") for path in (tmp_path / "data").rglob("*.log"))
+    assert "session terminal:local: ok in " in log and "still busy at shutdown" not in log
+    again = restart_piped(tmp_path)  # nothing is left to answer again
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "" and len(openai_server.requests) == 1
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, openai_server):
+    openai_server.enqueue_stream(LONG_REPLY, delay=1.0, piece=4)  # far longer than the 10 s grace
+    child = spawn(tmp_path, openai_server.base_url, web_console_port=0)
+    try:
+        expect(child, "you>")
+        child.send("tell me a long story\r")
+        openai_server.wait_for_requests(1, timeout=20)
+        child.sendcontrol("c")
+        expect(child, "press Ctrl-C again to stop now")
+        child.sendcontrol("c")
+        screen = ANSI.sub("", expect(child, pexpect.EOF, timeout=30))
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    # cut by the second Ctrl-C, not by the grace running out
+    assert "stopping now: what is unfinished resumes at the next start" in screen
+    assert "1 session(s) cut short at shutdown" in screen and "still busy at shutdown" not in screen
+    assert "word39" not in screen
 
 
 async def test_piped_lines_are_plain_messages_and_replies_plain_lines() -> None:

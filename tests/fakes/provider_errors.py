@@ -83,6 +83,13 @@ PROVIDER_ERRORS: dict[str, tuple[int, dict[str, str], str]] = {
                                   'limit.","type":"BadRequestError","param":null,"code":400}'),
     "sglang_value_error": (400, {}, '{"error":{"message":"The input (36000 tokens) is longer than the model\'s '
                            'context length (32768 tokens).","type":"ValueError"}}'),
+    # SGLang's tokenizer manager raises ValueError(f"The input ({n} tokens) is longer than the model's context length
+    # ({context_len} tokens).") and serving_base.create_error_response answers it as its OpenAI-style ErrorResponse
+    # through ORJSONResponse (compact), HTTP 400; in a stream the same object comes as data: {"error": ...}
+    # (create_streaming_error_response, json.dumps): SGLANG_STREAM_OVERFLOW below. The message of issue 40.
+    "sglang_input_overflow": (400, {}, '{"object":"error","message":"The input (150 tokens) is longer than the '
+                              'model\'s context length (100 tokens).","type":"BadRequestError","param":null,'
+                              '"code":400}'),
     "lmstudio_n_keep": (400, {}, '{"error":"Cannot truncate prompt with n_keep (15028) >= n_ctx (7424)"}'),
     "lmstudio_mid_generation": (400, {}, '{"error":"Reached context length of 4096 tokens with model (arch: '
                                 'qwen3vlmoe) that does not currently support mid-generation context overflow. Try '
@@ -169,3 +176,9 @@ PROVIDER_ERRORS: dict[str, tuple[int, dict[str, str], str]] = {
                    '</body>\r\n</html>\r\n'),
     "error_in_200": (200, {}, '{"error":{"message":"Upstream error: the model is overloaded","code":"server_error"}}'),
 }
+
+
+#: SGLang's overflow inside a stream (HTTP 200): the ``error`` of its ``data: {"error": {...}}`` event
+#: (serving_base.create_streaming_error_response), for ``FakeOpenAIServer.enqueue_stream(error=...)``.
+SGLANG_STREAM_OVERFLOW: dict = {"object": "error", "message": "The input (150 tokens) is longer than the model's "
+                                "context length (100 tokens).", "type": "BadRequestError", "param": None, "code": 400}

@@ -79,6 +79,21 @@ class TestConversationStore:
     async def test_get_session_missing_is_none(self, store: ConversationStore) -> None:
         assert await store.get_session("telegram:404") is None
 
+    async def test_sessions_to_restore_are_recent_and_have_unsummarised_messages(self, store) -> None:
+        # agent/restore_ahead.py: the sessions whose first message after a start would wait for a summary
+        for sid in ("telegram:1", "telegram:2", "telegram:3", "telegram:4"):
+            await store.ensure_session(info(sid))
+            await store.append(sid, [user(str(i)) for i in range(10)])
+        await store.set_summary("telegram:2", "S", turns=4, through_seq=8)  # 2 left after the summary
+        await store.set_context_start("telegram:3", 9)  # 2 left after the boundary
+        since = datetime.now(UTC) - timedelta(days=1)
+        found = await store.sessions_to_restore(since, unsummarised=6, limit=10)
+        assert sorted(i.session_id for i in found) == ["telegram:1", "telegram:4"]
+        assert found[0] in (info("telegram:1"), info("telegram:4"))
+        assert len(await store.sessions_to_restore(since, unsummarised=6, limit=1)) == 1
+        assert await store.sessions_to_restore(since, unsummarised=10, limit=10) == []
+        assert await store.sessions_to_restore(datetime.now(UTC) + timedelta(days=1), unsummarised=0, limit=10) == []
+
     async def test_set_context_start_keeps_rows(self, store: ConversationStore) -> None:
         await store.ensure_session(info())
         await store.append("telegram:1", [user(str(i)) for i in range(5)])
