@@ -39,9 +39,12 @@ BUILTIN_CHANNELS: dict[str, str] = {
     "telegram": "channels.telegram.channel",
     "wechat": "channels.wechat.channel",
     "weixin": "channels.weixin.channel",
+    "feishu": "channels.feishu.channel",
+    "dingtalk": "channels.dingtalk.channel",
 }
 #: The package a built-in channel's platform library comes from, to name it when it cannot be imported.
-BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos"}
+BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos",
+                                        "feishu": "lark-oapi", "dingtalk": "dingtalk-stream"}
 
 ChannelFactory = Callable[..., Any]
 

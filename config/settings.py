@@ -38,13 +38,15 @@ ENV_OVERRIDES = {
     "WEB_CONSOLE_PASSWORD": "web_console_password",
 }
 #: Keys whose values are masked wherever they are shown.
-SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"})
+SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password",
+                         "feishu_app_secret", "dingtalk_client_secret"})
 #: Keys that take effect only after a restart.
 RESTART_KEYS = frozenset({
     "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
     "telegram_webhook_url", "telegram_webhook_listen", "telegram_webhook_port", "telegram_rate_limit",
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
-    "weixin_base_url",
+    "weixin_base_url", "feishu_app_id", "feishu_app_secret", "feishu_domain", "dingtalk_client_id",
+    "dingtalk_client_secret",
     "web_console_port", "web_console_listen",
     "model_max_parallel",
 })
@@ -126,6 +128,11 @@ class Config(BaseModel):
     telegram_webhook_port: int = Field(8443, ge=1, le=65535)
     wechat_hot_reload: bool = True
     weixin_base_url: str = "https://ilinkai.weixin.qq.com"
+    feishu_app_id: str = ""
+    feishu_app_secret: str = ""
+    feishu_domain: str = "feishu"
+    dingtalk_client_id: str = ""
+    dingtalk_client_secret: str = ""
     data_dir: str = "data"
     db_url: str = ""
     conversation_max_age_days: int = Field(30, ge=1)
