@@ -97,11 +97,17 @@ class FeishuAPI:
         except FeishuError as exc:
             if exc.code not in TOKEN_INVALID:
                 raise
-        TokenManager.cache.set(f"self_tenant_token:{self.app_id}", "", 0)  # the SDK's cache key for it
+        self.forget_token()
         return call()
 
+    def forget_token(self) -> None:
+        """Drop the SDK's cached tenant token (kept per app id for the process): the next call fetches one."""
+        TokenManager.cache.set(f"self_tenant_token:{self.app_id}", "", 0)  # the SDK's cache key for it
+
     def bot_info(self) -> dict[str, Any]:
-        """The bot's info (``open_id``, ``app_name``); raises when the credentials or the app are not right."""
+        """The bot's info (``open_id``, ``app_name``), with a new token: raises when the credentials or the app
+        are not right."""
+        self.forget_token()
         return self._fresh_token_on_refusal(self._bot_info)
 
     def _bot_info(self) -> dict[str, Any]:

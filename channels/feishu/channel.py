@@ -52,11 +52,26 @@ CONTENT_TYPES = {"image": "photo", "audio": "voice", "media": "video", "file": "
 _MENTION_KEY = re.compile(r"@_user_\d+")
 
 
-def _quiet_sdk_logger() -> None:
-    """lark-oapi logs to stdout through its own handler; send its records through ours instead."""
+class _NotWhileStopping(logging.Filter):
+    """Drops lark-oapi's records while the channel closes the connection (it logs the close as an error)."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        super().__init__()
+        self.stopping = stopping
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.stopping.is_set()
+
+
+def _quiet_sdk_logger(stopping: threading.Event) -> None:
+    """lark-oapi logs to stdout through its own handler; send its records through ours instead, and none of
+    them while the connection is being closed."""
     sdk = logging.getLogger("Lark")
     for handler in list(sdk.handlers):
         sdk.removeHandler(handler)
+    for old in [f for f in sdk.filters if isinstance(f, _NotWhileStopping)]:
+        sdk.removeFilter(old)
+    sdk.addFilter(_NotWhileStopping(stopping))
     sdk.propagate = True
 
 
@@ -190,7 +205,7 @@ class FeishuChannel(BaseChannel):
         import lark_oapi as lark
         import lark_oapi.ws.client as ws_client
 
-        _quiet_sdk_logger()
+        _quiet_sdk_logger(self._stopping)
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         orphan, ws_client.loop = ws_client.loop, loop  # the SDK runs on this module global (module docstring)
