@@ -56,16 +56,16 @@ def test_builtin_channels_register_themselves_under_their_listed_names():
     for name, module in BUILTIN_CHANNELS.items():
         factory = registry.channel_factory(name)
         assert factory.__module__ == module and factory.name == name
-    assert known_channels() == ["telegram", "terminal", "wechat", "weixin"]
+    assert known_channels() == ["dingtalk", "feishu", "telegram", "terminal", "wechat", "weixin"]
 
 
 def test_channel_type_names_the_known_channels_and_the_nearest():
     with pytest.raises(ConfigError) as err:
         validate_data({"channel_type": "telegarm"})
     assert str(err.value) == ("invalid value for 'channel_type': Value error, unknown channel 'telegarm': the known "
-                              "channels are telegram, terminal, wechat, weixin; did you mean 'telegram'? "
+                              "channels are dingtalk, feishu, telegram, terminal, wechat, weixin; did you mean 'telegram'? "
                               "(expected a registered channel name, or a list of them)")
-    with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are telegram, terminal, "
+    with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are dingtalk, feishu, telegram, terminal, "
                                          r"wechat, weixin$"):
         check_channel_names(["terminal", "irc"])
 
@@ -80,7 +80,7 @@ def test_build_channels_uses_the_registry():
 
 def test_an_installed_channel_is_known_without_import_and_built_on_demand(irc_installed):
     assert "longchat_irc" not in sys.modules
-    assert known_channels() == ["irc", "telegram", "terminal", "wechat", "weixin"]
+    assert known_channels() == ["dingtalk", "feishu", "irc", "telegram", "terminal", "wechat", "weixin"]
     cfg = Config(channel_type=["terminal", "irc"])
     assert "longchat_irc" not in sys.modules  # checking the name imported nothing
     services = object()

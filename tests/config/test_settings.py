@@ -5,7 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import Config, ConfigHolder, atomic_write_json, load_config, mask_secret, normalise_db_url
+from config.settings import (
+    SECRET_KEYS,
+    Config,
+    ConfigHolder,
+    atomic_write_json,
+    load_config,
+    mask_secret,
+    normalise_db_url,
+)
 from core.errors import ConfigError
 
 
@@ -24,7 +32,8 @@ wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezon
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
 memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password
 model_max_parallel vision speech_to_text_model usage_cap_user_daily_tokens usage_cap_group_daily_tokens
-usage_cap_daily_tokens usage_fallback_model""".split()
+usage_cap_daily_tokens usage_fallback_model feishu_app_id feishu_app_secret feishu_domain dingtalk_client_id
+dingtalk_client_secret""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -60,6 +69,9 @@ def test_defaults_cover_every_contract_key():
     assert cfg.speech_to_text_model == "whisper-1"
     assert (cfg.usage_cap_user_daily_tokens, cfg.usage_cap_group_daily_tokens, cfg.usage_cap_daily_tokens) == (0, 0, 0)
     assert cfg.usage_fallback_model == ""
+    assert (cfg.feishu_app_id, cfg.feishu_app_secret, cfg.feishu_domain) == ("", "", "feishu")
+    assert (cfg.dingtalk_client_id, cfg.dingtalk_client_secret) == ("", "")
+    assert {"feishu_app_secret", "dingtalk_client_secret"} <= SECRET_KEYS
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 
