@@ -63,10 +63,11 @@ def test_channel_type_names_the_known_channels_and_the_nearest():
     with pytest.raises(ConfigError) as err:
         validate_data({"channel_type": "telegarm"})
     assert str(err.value) == ("invalid value for 'channel_type': Value error, unknown channel 'telegarm': the known "
-                              "channels are dingtalk, feishu, telegram, terminal, wechat, weixin; did you mean 'telegram'? "
+                              "channels are dingtalk, feishu, telegram, terminal, wechat, weixin; did you mean "
+                              "'telegram'? "
                               "(expected a registered channel name, or a list of them)")
-    with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are dingtalk, feishu, telegram, terminal, "
-                                         r"wechat, weixin$"):
+    with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are dingtalk, feishu, "
+                                         r"telegram, terminal, wechat, weixin$"):
         check_channel_names(["terminal", "irc"])
 
 
