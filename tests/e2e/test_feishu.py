@@ -4,16 +4,19 @@ fake OpenAI server."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.bot_process import BotProcess
+from tests.fakes.cluster import fresh_schema
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
 
+TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
 HEADER = "[Said in this group since your last answer here, not addressed to you]"
 
 
@@ -114,3 +117,45 @@ def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
     assert "feishu_app_secret was rejected (app secret invalid)" in lines[0]
     assert "not-the-secret" not in bot.log()
     assert json.loads((tmp_path / "config.json").read_text())["feishu_app_secret"] == "not-the-secret"
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
+def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_killed_one(servers, tmp_path):
+    fs, llm = servers
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
+        settings = {"channel_type": "feishu", "feishu_app_id": APP_ID, "feishu_app_secret": APP_SECRET,
+                    "feishu_domain": fs.base_url, "open_ai_api_base": llm.base_url, "open_ai_api_key": "test",
+                    "data_dir": str(tmp_path / "data"), "db_url": db_url, "memory_embedding_model": ""}
+        bots = []
+        for i in range(2):
+            (tmp_path / f"bot{i}").mkdir()
+            bots.append(BotProcess(tmp_path / f"bot{i}", **settings, web_console_port=0))
+        for bot in bots:
+            bot.start(wait_for_log=None)
+        try:
+            for bot in bots:
+                bot.wait_for_log("INFO app: ready:", 60)
+            for text in ("one", "two"):
+                fs.push_text("oc_alice", text)
+            assert fs.wait_texts("oc_alice", 2) == ["echo: one", "echo: two"]
+            receiving = "feishu: receiving messages"
+            fs.wait(lambda: sum(receiving in b.log() for b in bots) == 1, 30, "one process receiving")
+            assert fs.connections == 1
+            leader = next(i for i, b in enumerate(bots) if receiving in b.log())
+            llm.latency = 5.0
+            requests = len(llm.requests)
+            slow = fs.push_text("oc_alice", "slow")
+            llm.wait_for_requests(requests + 1, timeout=15)
+            fs.wait_acked(slow)
+            bots[leader].kill()
+            llm.latency = 0.0
+            other = bots[1 - leader]
+            other.wait_for_log(receiving, 60)
+            fs.push_text("oc_alice", "after")
+            fs.wait_texts("oc_alice", 4, timeout=60)
+            time.sleep(1.0)
+            assert fs.texts("oc_alice") == ["echo: one", "echo: two", "echo: slow", "echo: after"]
+        finally:
+            for bot in bots:
+                if bot.pid is not None:
+                    bot.stop()
