@@ -57,6 +57,10 @@ def test_private_group_redelivery_and_a_long_answer(servers, tmp_path):
         time.sleep(0.5)
         assert dt.texts("cid_alice")[0] == "echo: hello" and len(dt.texts("cid_alice")) == 3
         assert all(s.msg_key == "sampleMarkdown" for s in dt.sent)
+        # a reminder arrives in the chat it was set in (the robot API: no session webhook needed)
+        dt.push_text("cid_alice", "/remind in 2s stand up")
+        assert dt.wait_texts("cid_alice", 4)[3].startswith("OK, I'll remind you ")
+        assert dt.wait_texts("cid_alice", 5)[4] == "⏰ Reminder: stand up"
     finally:
         assert bot.stop() == 0
     logged = bot.log() + (tmp_path / "data" / "bot.log").read_text()

@@ -73,6 +73,10 @@ def test_private_group_background_redelivery_long_and_streamed_answers(servers, 
         assert len(streamed.versions) >= 2, "the card was sent before the end and patched"
         time.sleep(0.5)
         assert fs.texts("oc_alice")[0] == "echo: hello" and len(fs.messages_in("oc_alice")) == 4
+        # a reminder arrives in the chat it was set in
+        fs.push_text("oc_alice", "/remind in 2s stand up")
+        assert fs.wait_texts("oc_alice", 5)[4].startswith("OK, I'll remind you ")
+        assert fs.wait_texts("oc_alice", 6)[5] == "⏰ Reminder: stand up"
     finally:
         assert bot.stop() == 0
     logged = bot.log()
