@@ -3,15 +3,19 @@ SDK's DINGTALK_OPENAPI_ENDPOINT) against the fake DingTalk server and the fake O
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.bot_process import BotProcess
+from tests.fakes.cluster import fresh_schema
 from tests.fakes.dingtalk_server import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
+
+TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
 
 
 @pytest.fixture
@@ -100,3 +104,42 @@ def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
     lines = [line for line in bot.log().splitlines() if "dingtalk" in line and ("ERROR" in line or "WARNING" in line)]
     assert len(lines) == 1, lines
     assert "DingTalk rejected dingtalk_client_id / dingtalk_client_secret (authFailed" in lines[0]
+
+
+@pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
+def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_killed_one(servers, tmp_path):
+    dt, llm = servers
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
+        bots = []
+        for i in range(2):
+            (tmp_path / f"bot{i}").mkdir()
+            bots.append(bot_for(tmp_path / f"bot{i}", dt, llm, data_dir=str(tmp_path / "data"), db_url=db_url,
+                                web_console_port=0))
+        for bot in bots:
+            bot.start(wait_for_log=None)
+        try:
+            for bot in bots:
+                bot.wait_for_log("INFO app: ready:", 60)
+            for text in ("one", "two"):
+                dt.push_text("cid_alice", text)
+            assert dt.wait_texts("cid_alice", 2) == ["echo: one", "echo: two"]
+            receiving = "dingtalk: receiving messages"
+            dt.wait(lambda: sum(receiving in b.log() for b in bots) == 1, 30, "one process receiving")
+            assert dt.connections == 1
+            leader = next(i for i, b in enumerate(bots) if receiving in b.log())
+            llm.latency = 5.0
+            requests = len(llm.requests)
+            slow = dt.push_text("cid_alice", "slow")
+            llm.wait_for_requests(requests + 1, timeout=15)
+            dt.wait_acked(slow)
+            bots[leader].kill()
+            llm.latency = 0.0
+            bots[1 - leader].wait_for_log(receiving, 60)
+            dt.push_text("cid_alice", "after")
+            dt.wait_texts("cid_alice", 4, timeout=60)
+            time.sleep(1.0)
+            assert dt.texts("cid_alice") == ["echo: one", "echo: two", "echo: slow", "echo: after"]
+        finally:
+            for bot in bots:
+                if bot.pid is not None:
+                    bot.stop()
