@@ -30,6 +30,8 @@ import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
+
 from channels.base import BaseChannel
 from channels.feishu.api import RETRYABLE_CODES, FeishuAPI, FeishuError, credential_problem, domain_url
 from channels.registry import register_channel
@@ -245,7 +247,7 @@ class FeishuChannel(BaseChannel):
                 loop.call_soon_threadsafe(fn, *args)
 
     # --- receiving (the SDK's thread) ------------------------------------------------------------
-    def _on_event(self, data: Any) -> None:
+    def _on_event(self, data: P2ImMessageReceiveV1) -> None:
         """lark-oapi's handler for ``im.message.receive_v1``: returns once the message is journalled, so the
         SDK's ack follows the journal; raises (the SDK answers 500, Feishu redelivers) when it was not."""
         incoming = self.to_incoming(data)
@@ -258,14 +260,15 @@ class FeishuChannel(BaseChannel):
         if not taken:
             raise RuntimeError(f"feishu: message {incoming.message_id} was not journalled")
 
-    def to_incoming(self, data: Any) -> IncomingMessage | None:
+    def to_incoming(self, data: P2ImMessageReceiveV1) -> IncomingMessage | None:
         """One ``im.message.receive_v1`` event as an :class:`IncomingMessage`; None for what is no message."""
-        event = getattr(data, "event", None)
-        message = getattr(event, "message", None)
-        sender = getattr(event, "sender", None)
+        event = data.event
+        message = event.message if event is not None else None
+        sender = event.sender if event is not None else None
         if message is None or not message.chat_id:
             return None
-        sender_id = getattr(getattr(sender, "sender_id", None), "open_id", "") or ""
+        sender_id = str(sender.sender_id.open_id or "") if sender is not None and sender.sender_id else ""
+        sender_type = str(sender.sender_type or "user") if sender is not None else "user"
         message_type = str(message.message_type or "")
         try:
             content = json.loads(message.content or "{}")
@@ -277,7 +280,7 @@ class FeishuChannel(BaseChannel):
         mentions_bot = False
         for mention in mentions:
             key = str(mention.key or "")
-            open_id = str(getattr(mention.id, "open_id", "") or "")
+            open_id = str(mention.id.open_id or "") if mention.id is not None else ""
             if self.bot_open_id and open_id == self.bot_open_id:
                 mentions_bot = True
                 text = text.replace(key, "")
@@ -296,7 +299,7 @@ class FeishuChannel(BaseChannel):
             channel=self.name, chat_id=str(message.chat_id), user_id=sender_id, text=text,
             user_name=user_name or sender_id, is_group=is_group, group_name=group_name, mentions_bot=mentions_bot,
             message_id=str(message.message_id or ""), time=when, content_type=content_type,
-            is_from_bot=getattr(sender, "sender_type", "user") not in ("user", None, ""),
+            is_from_bot=sender_type != "user",
             extra={"chat_type": str(message.chat_type or "")})
 
     def _name(self, key: str, fetch: Any) -> str:
