@@ -16,6 +16,8 @@ from tests.fakes.feishu_server import APP_ID, APP_SECRET, BODY_LIMIT, FakeFeishu
 
 @pytest.fixture
 def fs():
+    # lark-oapi keeps one tenant token per app id for the process: one from an earlier fake must not be used
+    TokenManager.cache.set(f"self_tenant_token:{APP_ID}", "", 0)
     with FakeFeishu() as server:
         yield server
 
@@ -56,7 +58,7 @@ def test_lark_oapi_sends_through_the_fake_and_reads_its_errors(fs):
                           json={"content": json.dumps({"text": "changed"})})
     assert patched.json()["code"] == 230001
     wrong = lark.Client.builder().app_id(APP_ID).app_secret("bad").domain(fs.base_url).build()
-    TokenManager.cache.set(f"self_tenant_token:{APP_ID}", "", 0)  # the SDK keeps one token per app id
+    TokenManager.cache.set(f"self_tenant_token:{APP_ID}", "", 0)
     with pytest.raises(ObtainAccessTokenException) as refused:
         body = CreateMessageRequestBody.builder().receive_id("oc_1").msg_type("text").content("{}").build()
         wrong.im.v1.message.create(
