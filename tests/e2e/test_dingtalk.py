@@ -26,7 +26,8 @@ def servers():
 
 def bot_for(folder: Path, dt: FakeDingTalk, llm: FakeOpenAIServer, **settings) -> BotProcess:
     base = dict(channel_type="dingtalk", dingtalk_client_id=CLIENT_ID, dingtalk_client_secret=CLIENT_SECRET,
-                open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data", memory_embedding_model="")
+                open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data", memory_embedding_model="",
+                web_console_port=0)
     bot = BotProcess(folder, **{**base, **settings})
     bot.extra_env["DINGTALK_OPENAPI_ENDPOINT"] = dt.base_url
     return bot

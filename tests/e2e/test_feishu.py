@@ -31,7 +31,7 @@ def servers():
 def start_bot(folder: Path, fs: FakeFeishu, llm: FakeOpenAIServer, **extra) -> BotProcess:
     return BotProcess(folder, channel_type="feishu", feishu_app_id=APP_ID, feishu_app_secret=APP_SECRET,
                       feishu_domain=fs.base_url, open_ai_api_base=llm.base_url, open_ai_api_key="test",
-                      data_dir="data", memory_embedding_model="", **extra).start()
+                      data_dir="data", memory_embedding_model="", web_console_port=0, **extra).start()
 
 
 def user_texts(llm: FakeOpenAIServer) -> list[str]:
@@ -111,7 +111,7 @@ def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
                          feishu_app_secret="not-the-secret", feishu_domain=fs.base_url,
                          telegram_bot_token=tg.token, telegram_base_url=tg.base_url, telegram_rate_limit=False,
                          open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data",
-                         memory_embedding_model="").start()
+                         memory_embedding_model="", web_console_port=0).start()
         tg.push_text(1001, "hello", user_id=1001, first_name="Alice")
         fs.wait(lambda: tg.chat_texts(1001) == ["echo: hello"], 20, "telegram's answer")
         assert bot.stop() == 0
