@@ -4,8 +4,9 @@ made from worker threads by the channel).
 SDK calls used: ``client.request`` for ``GET /open-apis/bot/v3/info`` (the bot's open id; the credential check
 at start, which first fetches the tenant token from ``/open-apis/auth/v3/tenant_access_token/internal``),
 ``client.im.v1.message.create`` (``POST /open-apis/im/v1/messages``), ``client.im.v1.message.patch`` (``PATCH
-/open-apis/im/v1/messages/{id}``, a card updated in place), ``client.im.v1.chat.get`` (a group's name) and
-``client.contact.v3.user.get`` (a member's name).
+/open-apis/im/v1/messages/{id}``, a card updated in place), ``client.im.v1.message_resource.get`` (a photo or
+voice message a user sent), ``client.im.v1.chat.get`` (a group's name) and ``client.contact.v3.user.get`` (a
+member's name).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lark_oapi.api.im.v1 import (
     CreateMessageRequest,
     CreateMessageRequestBody,
     GetChatRequest,
+    GetMessageResourceRequest,
     PatchMessageRequest,
     PatchMessageRequestBody,
 )
@@ -147,6 +149,17 @@ class FeishuAPI:
         response = self.client.im.v1.message.patch(request)
         if not response.success():
             raise FeishuError(response.code, response.msg, "updating a message")
+
+    def resource(self, message_id: str, file_key: str, kind: str) -> bytes:
+        """A photo (``kind`` "image") or an audio file ("file") a user sent in message ``message_id``."""
+        return self._fresh_token_on_refusal(lambda: self._resource(message_id, file_key, kind))
+
+    def _resource(self, message_id: str, file_key: str, kind: str) -> bytes:
+        request = GetMessageResourceRequest.builder().message_id(message_id).file_key(file_key).type(kind).build()
+        response = self.client.im.v1.message_resource.get(request)
+        if not response.success() or response.file is None:
+            raise FeishuError(response.code or -1, response.msg or "no file", "fetching a file")
+        return response.file.read()
 
     def chat_name(self, chat_id: str) -> str:
         """A group's name ("" when it cannot be read)."""

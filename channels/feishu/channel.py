@@ -51,6 +51,8 @@ JOURNAL_TIMEOUT_S = 60.0
 JOIN_TIMEOUT_S = 5.0
 #: what a message that is not text is called in ``IncomingMessage.content_type``
 CONTENT_TYPES = {"image": "photo", "audio": "voice", "media": "video", "file": "document", "sticker": "sticker"}
+#: the largest photo or voice message read
+MAX_MEDIA_BYTES = 20 * 1000 * 1000
 _MENTION_KEY = re.compile(r"@_user_\d+")
 
 
@@ -96,6 +98,16 @@ def message_text(message_type: str, content: dict[str, Any]) -> str:
                     parts.append("@" + str(element.get("user_name") or element.get("user_id") or ""))
             lines.append("".join(parts))
         return "\n".join(lines)
+    return ""
+
+
+def _first_image(content: dict[str, Any]) -> str:
+    """The image key of a post's first picture, or ""."""
+    post = content if "content" in content else next((v for v in content.values() if isinstance(v, dict)), {})
+    for line in post.get("content") or []:
+        for element in line if isinstance(line, list) else []:
+            if isinstance(element, dict) and element.get("tag") == "img" and element.get("image_key"):
+                return str(element["image_key"])
     return ""
 
 
@@ -291,6 +303,16 @@ class FeishuChannel(BaseChannel):
         created = int(message.create_time or 0)
         when = datetime.fromtimestamp(created / 1000, UTC) if created > 0 else datetime.now(UTC)
         content_type = "text" if message_type in ("text", "post") else CONTENT_TYPES.get(message_type, "other")
+        extra = {"chat_type": str(message.chat_type or "")}
+        if message_type == "image" and content.get("image_key"):
+            extra.update(file_key=str(content["image_key"]), resource_type="image")
+        elif message_type == "audio" and content.get("file_key"):
+            extra.update(file_key=str(content["file_key"]), resource_type="file", audio_format="ogg")
+        elif message_type == "post":  # a post with a picture: the picture, its text the caption
+            image = _first_image(content)
+            if image:
+                content_type = "photo"
+                extra.update(file_key=image, resource_type="image")
         user_name = group_name = ""
         if is_group:
             group_name = self._name("chat:" + message.chat_id, lambda: self.api.chat_name(message.chat_id))
@@ -300,7 +322,7 @@ class FeishuChannel(BaseChannel):
             user_name=user_name or sender_id, is_group=is_group, group_name=group_name, mentions_bot=mentions_bot,
             message_id=str(message.message_id or ""), time=when, content_type=content_type,
             is_from_bot=sender_type != "user",
-            extra={"chat_type": str(message.chat_type or "")})
+            extra=extra)
 
     def _name(self, key: str, fetch: Any) -> str:
         """A group's or member's name, fetched once per process ("" when it cannot be read)."""
@@ -315,6 +337,20 @@ class FeishuChannel(BaseChannel):
         with self._names_lock:
             self._names[key] = name
         return name
+
+    #: photos and voice messages are fetched through the API (DESIGN §5.1)
+    fetches_media = True
+
+    async def download(self, msg: IncomingMessage) -> bytes | None:
+        """The photo or voice message's bytes (``im.v1.message_resource.get``)."""
+        file_key = str(msg.extra.get("file_key") or "")
+        if not file_key:
+            raise ValueError("the message carries no file key")
+        kind = str(msg.extra.get("resource_type") or "image")
+        data = await asyncio.to_thread(self.api.resource, msg.message_id, file_key, kind)
+        if len(data) > MAX_MEDIA_BYTES:
+            raise ValueError(f"the file is {len(data):,} bytes; at most {MAX_MEDIA_BYTES:,} are read")
+        return data
 
     # --- sending --------------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:

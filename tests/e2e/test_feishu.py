@@ -163,3 +163,25 @@ def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_kille
             for bot in bots:
                 if bot.pid is not None:
                     bot.stop()
+
+
+def test_photos_and_voice_messages_from_feishu(tmp_path):
+    """A photo is fetched through the API (the message's resource) and shown to the model; a voice message is
+    fetched and transcribed at the endpoint."""
+    from tests.media.harness import image_parts, jpeg
+
+    with FakeFeishu() as fs, FakeOpenAIServer(model="gpt-4o-mini") as llm:
+        bot = start_bot(tmp_path, fs, llm, model="gpt-4o-mini")
+        try:
+            llm.enqueue_text("A plain red square.")
+            fs.push_image("oc_alice", jpeg())
+            assert fs.wait_texts("oc_alice", 1) == ["A plain red square."]
+            parts = image_parts(llm.requests[0])
+            assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+            llm.default_transcript = "see you at three"
+            fs.push_audio("oc_alice", b"OggS fake opus")
+            assert fs.wait_texts("oc_alice", 2)[1] == '(heard: "see you at three")\n\necho: see you at three'
+            assert [(t["filename"], t["audio"]) for t in llm.transcriptions] == [("voice.ogg", b"OggS fake opus")]
+        finally:
+            assert bot.stop() == 0
+        assert "Traceback" not in bot.log()

@@ -18,7 +18,9 @@ docs:
   Feishu answers an invalid token): ``GET /open-apis/bot/v3/info``, ``POST /open-apis/im/v1/messages
   ?receive_id_type=chat_id`` (``text``, ``post`` or ``interactive``; more than 30 KB of body is code 230025),
   ``PATCH /open-apis/im/v1/messages/{message_id}`` (interactive only: the card is replaced), ``GET
-  /open-apis/im/v1/chats/{chat_id}`` (the group's name) and ``GET /open-apis/contact/v3/users/{open_id}``.
+  /open-apis/im/v1/messages/{message_id}/resources/{file_key}?type=image|file`` (a file a user sent; code 234003
+  when it is not in that message), ``GET /open-apis/im/v1/chats/{chat_id}`` (the group's name) and ``GET
+  /open-apis/contact/v3/users/{open_id}``.
 
 The server runs aiohttp on its own event loop in a background thread::
 
@@ -107,6 +109,8 @@ class FakeFeishu:
         #: every request: (method, path)
         self.requests: list[tuple[str, str]] = []
         self.connections = 0
+        #: files users sent: (message id, file key) -> (type, bytes)
+        self.resources: dict[tuple[str, str], tuple[str, bytes]] = {}
         self._payloads: dict[str, bytes] = {}
         #: frame ids sent on the current connection and not answered yet
         self._in_flight: set[str] = set()
@@ -151,6 +155,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._api(self._create))
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._api(self._patch))
         app.router.add_get("/open-apis/im/v1/chats/{chat_id}", self._api(self._chat))
+        app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._api(self._resource))
         app.router.add_get("/open-apis/contact/v3/users/{user_id}", self._api(self._user))
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
@@ -226,6 +231,20 @@ class FakeFeishu:
             self._payloads[frame_id] = payload
             self.frames_of[message_id] = frame_id
         self._kick()
+        return message_id
+
+    def push_image(self, chat_id: str, data: bytes, **kwargs: Any) -> str:
+        """A user sends a photo (kept for ``GET …/resources/{image_key}?type=image``)."""
+        key = "img_v3_" + secrets.token_hex(8)
+        message_id = self.push_message(chat_id, "image", {"image_key": key}, **kwargs)
+        self.resources[(message_id, key)] = ("image", data)
+        return message_id
+
+    def push_audio(self, chat_id: str, data: bytes, **kwargs: Any) -> str:
+        """A user sends a voice message (``?type=file`` fetches it)."""
+        key = "file_v3_" + secrets.token_hex(8)
+        message_id = self.push_message(chat_id, "audio", {"file_key": key, "duration": 2000}, **kwargs)
+        self.resources[(message_id, key)] = ("file", data)
         return message_id
 
     def redeliver(self, message_id: str) -> None:
@@ -335,6 +354,13 @@ class FakeFeishu:
             found.versions.append(content)
             self.patches.append((message_id, time.monotonic()))
         return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _resource(self, request: web.Request) -> web.StreamResponse:
+        found = self.resources.get((request.match_info["message_id"], request.match_info["file_key"]))
+        if found is None or request.query.get("type") != found[0]:
+            return web.json_response({"code": 234003, "msg": "File not in msg."}, status=400)
+        return web.Response(body=found[1], content_type="application/octet-stream",
+                            headers={"Content-Disposition": 'attachment; filename="file"'})
 
     async def _chat(self, request: web.Request) -> web.Response:
         chat_id = request.match_info["chat_id"]
