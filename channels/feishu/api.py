@@ -4,8 +4,9 @@ made from worker threads by the channel).
 SDK calls used: ``client.request`` for ``GET /open-apis/bot/v3/info`` (the bot's open id; the credential check
 at start, which first fetches the tenant token from ``/open-apis/auth/v3/tenant_access_token/internal``),
 ``client.im.v1.message.create`` (``POST /open-apis/im/v1/messages``), ``client.im.v1.message.patch`` (``PATCH
-/open-apis/im/v1/messages/{id}``, a card updated in place), ``client.im.v1.message_resource.get`` (a photo or
-voice message a user sent), ``client.im.v1.chat.get`` (a group's name) and ``client.contact.v3.user.get`` (a
+/open-apis/im/v1/messages/{id}``, a card updated in place), ``client.im.v1.message_reaction.create`` and
+``delete`` (the "Typing" reaction on the message being answered), ``client.im.v1.message_resource.get`` (a photo
+or voice message a user sent), ``client.im.v1.chat.get`` (a group's name) and ``client.contact.v3.user.get`` (a
 member's name).
 """
 
@@ -18,8 +19,12 @@ from typing import Any
 import lark_oapi as lark
 from lark_oapi.api.contact.v3 import GetUserRequest
 from lark_oapi.api.im.v1 import (
+    CreateMessageReactionRequest,
+    CreateMessageReactionRequestBody,
     CreateMessageRequest,
     CreateMessageRequestBody,
+    DeleteMessageReactionRequest,
+    Emoji,
     GetChatRequest,
     GetMessageResourceRequest,
     PatchMessageRequest,
@@ -149,6 +154,23 @@ class FeishuAPI:
         response = self.client.im.v1.message.patch(request)
         if not response.success():
             raise FeishuError(response.code, response.msg, "updating a message")
+
+    def add_reaction(self, message_id: str, emoji: str) -> str:
+        """Put a reaction on a user's message; its reaction id."""
+        reaction = Emoji.builder().emoji_type(emoji).build()
+        body = CreateMessageReactionRequestBody.builder().reaction_type(reaction).build()
+        request = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
+        response = self.client.im.v1.message_reaction.create(request)
+        if not response.success() or response.data is None:
+            raise FeishuError(response.code, response.msg, "adding a reaction")
+        return str(response.data.reaction_id or "")
+
+    def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+        """Take a reaction off again."""
+        request = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
+        response = self.client.im.v1.message_reaction.delete(request)
+        if not response.success():
+            raise FeishuError(response.code, response.msg, "removing a reaction")
 
     def resource(self, message_id: str, file_key: str, kind: str) -> bytes:
         """A photo (``kind`` "image") or an audio file ("file") a user sent in message ``message_id``."""

@@ -51,6 +51,8 @@ JOURNAL_TIMEOUT_S = 60.0
 JOIN_TIMEOUT_S = 5.0
 #: what a message that is not text is called in ``IncomingMessage.content_type``
 CONTENT_TYPES = {"image": "photo", "audio": "voice", "media": "video", "file": "document", "sticker": "sticker"}
+#: the reaction shown on a message while it is being answered (Feishu's emoji type)
+TYPING = "Typing"
 #: the largest photo or voice message read
 MAX_MEDIA_BYTES = 20 * 1000 * 1000
 _MENTION_KEY = re.compile(r"@_user_\d+")
@@ -144,6 +146,8 @@ class FeishuChannel(BaseChannel):
         self._ws_loop: asyncio.AbstractEventLoop | None = None
         self._ws: Any = None
         self._stopping = threading.Event()
+        #: the "Typing" reaction on each message being answered: message id -> reaction id
+        self._reactions: dict[str, str] = {}
         self._names: dict[str, str] = {}
         self._names_lock = threading.Lock()
 
@@ -357,6 +361,27 @@ class FeishuChannel(BaseChannel):
         """The whole answer, as cards of at most :data:`MESSAGE_LIMIT` characters, in order."""
         for piece in split_text(text, MESSAGE_LIMIT):
             await asyncio.to_thread(self.api.send_card, to.chat_id, piece)
+        await self.answered(to)
+
+    async def typing(self, to: IncomingMessage) -> None:
+        """Feishu has no "typing…": a "Typing" reaction on the message being answered, taken off with the
+        answer. Errors are ignored (the reaction needs no scope of its own, but a message can be gone)."""
+        if not to.message_id or to.message_id in self._reactions:
+            return
+        self._reactions[to.message_id] = ""  # one reaction per message, even while the call is on its way
+        try:
+            self._reactions[to.message_id] = await asyncio.to_thread(self.api.add_reaction, to.message_id, TYPING)
+        except Exception as exc:  # noqa: BLE001 - a courtesy
+            logger.debug("feishu: could not add the typing reaction: %s", exc)
+
+    async def answered(self, to: IncomingMessage) -> None:
+        """The answer to ``to`` is out: take its "Typing" reaction off."""
+        reaction = self._reactions.pop(to.message_id, None) if to.message_id else None
+        if reaction:
+            try:
+                await asyncio.to_thread(self.api.remove_reaction, to.message_id, reaction)
+            except Exception as exc:  # noqa: BLE001 - a courtesy
+                logger.debug("feishu: could not remove the typing reaction: %s", exc)
 
     def open_stream(self, to: IncomingMessage) -> ReplyStream | None:
         """A card sent at the first words and patched as the answer grows."""

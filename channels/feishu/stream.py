@@ -76,6 +76,7 @@ class FeishuReplyStream(ReplyStream):
                 for piece in more:
                     await self._send(piece)
             self._reset()
+        await self.channel.answered(self.to)
 
     async def _run(self) -> None:
         try:

@@ -43,8 +43,12 @@ def test_private_group_background_redelivery_long_and_streamed_answers(servers, 
     fs, llm = servers
     bot = start_bot(tmp_path, fs, llm)
     try:
+        llm.latency = 1.0  # a turn long enough for the "Typing" reaction to show
         first = fs.push_text("oc_alice", "hello")
         assert fs.wait_texts("oc_alice", 1) == ["echo: hello"]
+        llm.latency = 0.0
+        assert (first, "Typing") in fs.reacted
+        fs.wait(lambda: not fs.reactions, 10, "the reaction taken off with the answer")
         # a group: a message without a trigger is kept as background, an @-mention is answered with it
         fs.push_text("oc_team", "I propose Berlin", sender="ou_carol", group=True)
         fs.push_text("oc_team", "what do you think?", sender="ou_bob", group=True, mention_bot=True)

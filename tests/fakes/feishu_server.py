@@ -19,8 +19,9 @@ docs:
   ?receive_id_type=chat_id`` (``text``, ``post`` or ``interactive``; more than 30 KB of body is code 230025),
   ``PATCH /open-apis/im/v1/messages/{message_id}`` (interactive only: the card is replaced), ``GET
   /open-apis/im/v1/messages/{message_id}/resources/{file_key}?type=image|file`` (a file a user sent; code 234003
-  when it is not in that message), ``GET /open-apis/im/v1/chats/{chat_id}`` (the group's name) and ``GET
-  /open-apis/contact/v3/users/{open_id}``.
+  when it is not in that message), ``POST`` and ``DELETE
+  /open-apis/im/v1/messages/{message_id}/reactions[/{reaction_id}]`` (the bot's reactions), ``GET
+  /open-apis/im/v1/chats/{chat_id}`` (the group's name) and ``GET /open-apis/contact/v3/users/{open_id}``.
 
 The server runs aiohttp on its own event loop in a background thread::
 
@@ -109,6 +110,9 @@ class FakeFeishu:
         #: every request: (method, path)
         self.requests: list[tuple[str, str]] = []
         self.connections = 0
+        #: reactions on users' messages now: reaction id -> (message id, emoji type); every one ever added
+        self.reactions: dict[str, tuple[str, str]] = {}
+        self.reacted: list[tuple[str, str]] = []
         #: files users sent: (message id, file key) -> (type, bytes)
         self.resources: dict[tuple[str, str], tuple[str, bytes]] = {}
         self._payloads: dict[str, bytes] = {}
@@ -155,6 +159,9 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._api(self._create))
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._api(self._patch))
         app.router.add_get("/open-apis/im/v1/chats/{chat_id}", self._api(self._chat))
+        app.router.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._api(self._react))
+        app.router.add_delete("/open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}",
+                              self._api(self._unreact))
         app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._api(self._resource))
         app.router.add_get("/open-apis/contact/v3/users/{user_id}", self._api(self._user))
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -353,6 +360,25 @@ class FakeFeishu:
             found.content = content
             found.versions.append(content)
             self.patches.append((message_id, time.monotonic()))
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _react(self, request: web.Request) -> web.Response:
+        message_id = request.match_info["message_id"]
+        emoji = ((await request.json()).get("reaction_type") or {}).get("emoji_type")
+        if message_id not in self.frames_of or not emoji:
+            return web.json_response({"code": 231001, "msg": "reaction type is invalid."}, status=400)
+        reaction_id = "r_" + secrets.token_hex(8)
+        with self._lock:
+            self.reactions[reaction_id] = (message_id, emoji)
+            self.reacted.append((message_id, emoji))
+        return web.json_response({"code": 0, "msg": "success", "data": {
+            "reaction_id": reaction_id, "reaction_type": {"emoji_type": emoji}}})
+
+    async def _unreact(self, request: web.Request) -> web.Response:
+        with self._lock:
+            found = self.reactions.pop(request.match_info["reaction_id"], None)
+        if found is None or found[0] != request.match_info["message_id"]:
+            return web.json_response({"code": 231003, "msg": "The reaction is not found."}, status=400)
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
