@@ -3,7 +3,8 @@ made from worker threads by the channel).
 
 SDK calls used: ``client.request`` for ``GET /open-apis/bot/v3/info`` (the bot's open id; the credential check
 at start, which first fetches the tenant token from ``/open-apis/auth/v3/tenant_access_token/internal``),
-``client.im.v1.message.create`` (``POST /open-apis/im/v1/messages``), ``client.im.v1.message.patch`` (``PATCH
+``client.im.v1.message.create`` (``POST /open-apis/im/v1/messages``) and ``reply`` (in groups, the answer's first
+card replies to the question), ``client.im.v1.message.patch`` (``PATCH
 /open-apis/im/v1/messages/{id}``, a card updated in place), ``client.im.v1.message_reaction.create`` and
 ``delete`` (the "Typing" reaction on the message being answered), ``client.im.v1.message_resource.get`` (a photo
 or voice message a user sent), ``client.im.v1.chat.get`` (a group's name) and ``client.contact.v3.user.get`` (a
@@ -29,6 +30,8 @@ from lark_oapi.api.im.v1 import (
     GetMessageResourceRequest,
     PatchMessageRequest,
     PatchMessageRequestBody,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
 )
 from lark_oapi.core.const import FEISHU_DOMAIN, LARK_DOMAIN
 from lark_oapi.core.exception import ObtainAccessTokenException
@@ -41,6 +44,8 @@ from core.errors import BotError
 RETRYABLE_CODES = frozenset({99991663, 99991664, 99991665, 99991666, 99991668, 99991402, 11020, 11021, 230020})
 #: Feishu's answers to a tenant token it no longer takes (the SDK would keep using its cached one until it expires)
 TOKEN_INVALID = frozenset({99991663, 99991664, 99991665, 99991666, 99991668})
+#: Feishu's answers when the message to reply to was withdrawn or deleted
+MESSAGE_GONE = frozenset({230011, 231003, 230002})
 #: the tenant-token endpoint's answers to bad credentials
 SECRET_INVALID, APP_ID_INVALID = 10014, 10003
 #: Feishu's answer when the app lacks a permission scope (its message names the scope)
@@ -131,9 +136,25 @@ class FeishuAPI:
             raise FeishuError(-1, "no bot in the answer: is the Bot capability enabled?", "bot/v3/info")
         return bot
 
-    def send_card(self, chat_id: str, markdown: str) -> str:
-        """Send one card to a chat; its message id."""
+    def send_card(self, chat_id: str, markdown: str, reply_to: str = "") -> str:
+        """Send one card to a chat (with ``reply_to``, as a reply to that message); its message id. A reply to a
+        message that is gone is sent as a plain message."""
+        if reply_to:
+            try:
+                return self._fresh_token_on_refusal(lambda: self._reply_card(reply_to, markdown))
+            except FeishuError as exc:
+                if exc.code not in MESSAGE_GONE:
+                    raise
         return self._fresh_token_on_refusal(lambda: self._send_card(chat_id, markdown))
+
+    def _reply_card(self, message_id: str, markdown: str) -> str:
+        body = (ReplyMessageRequestBody.builder().msg_type("interactive").content(card(markdown))
+                .uuid(str(uuid.uuid4())).build())
+        request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
+        response = self.client.im.v1.message.reply(request)
+        if not response.success():
+            raise FeishuError(response.code, response.msg, "replying to a message")
+        return str(response.data.message_id)
 
     def _send_card(self, chat_id: str, markdown: str) -> str:
         body = (CreateMessageRequestBody.builder().receive_id(chat_id).msg_type("interactive")

@@ -293,6 +293,11 @@ class FeishuChannel(BaseChannel):
         content = content if isinstance(content, dict) else {}
         text = message_text(message_type, content)
         mentions = list(message.mentions or [])
+        if mentions and not self.bot_open_id:  # Feishu could not be reached at start: ask again now
+            try:
+                self.bot_open_id = str(self.api.bot_info().get("open_id") or "")
+            except Exception as exc:  # noqa: BLE001 - the message goes on; a mention of the bot is missed
+                logger.warning("feishu: cannot read the bot's open id (%s); @-mentions are not recognised yet", exc)
         mentions_bot = False
         for mention in mentions:
             key = str(mention.key or "")
@@ -359,9 +364,16 @@ class FeishuChannel(BaseChannel):
     # --- sending --------------------------------------------------------------------------------
     async def send(self, to: IncomingMessage, text: str) -> None:
         """The whole answer, as cards of at most :data:`MESSAGE_LIMIT` characters, in order."""
+        reply_to = self.reply_to(to)
         for piece in split_text(text, MESSAGE_LIMIT):
-            await asyncio.to_thread(self.api.send_card, to.chat_id, piece)
+            await asyncio.to_thread(self.api.send_card, to.chat_id, piece, reply_to)
+            reply_to = ""
         await self.answered(to)
+
+    @staticmethod
+    def reply_to(to: IncomingMessage) -> str:
+        """In groups the answer's first card replies to the question, so it is clear whom the bot answers."""
+        return to.message_id if to.is_group and to.message_id.startswith("om_") else ""
 
     async def typing(self, to: IncomingMessage) -> None:
         """Feishu has no "typing…": a "Typing" reaction on the message being answered, taken off with the

@@ -29,6 +29,8 @@ class FeishuReplyStream(ReplyStream):
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._pump: asyncio.Task | None = None
+        #: the question the first card replies to (in groups), "" once it is sent
+        self._reply_to = channel.reply_to(to)
         self._reset()
 
     def _reset(self) -> None:
@@ -120,10 +122,15 @@ class FeishuReplyStream(ReplyStream):
         if not current or current == self.shown:
             return
         if self.message_id is None:
-            self.message_id = await asyncio.to_thread(self.channel.api.send_card, self.to.chat_id, current)
+            self.message_id = await asyncio.to_thread(self.channel.api.send_card, self.to.chat_id, current,
+                                                      self._take_reply_to())
         else:
             await asyncio.to_thread(self.channel.api.patch_card, self.message_id, current)
         self.shown = current
 
     async def _send(self, piece: str) -> None:
-        await asyncio.to_thread(self.channel.api.send_card, self.to.chat_id, piece)
+        await asyncio.to_thread(self.channel.api.send_card, self.to.chat_id, piece, self._take_reply_to())
+
+    def _take_reply_to(self) -> str:
+        reply_to, self._reply_to = self._reply_to, ""
+        return reply_to

@@ -85,6 +85,8 @@ async def test_private_and_group_messages_are_journalled_before_the_ack_and_answ
         assert (background.is_group, background.mentions_bot, background.group_name) == (True, False, "Team")
         assert (asked.mentions_bot, asked.user_name, asked.text) == (True, "Bob", "what time is it? @Carol")
         assert fs.texts("oc_group") == ["echo: what time is it? @Carol"]
+        assert fs.messages_in("oc_group")[0].reply_to == mid, "in a group the answer replies to the question"
+        assert fs.messages_in("oc_dm")[0].reply_to == ""
         # Feishu delivers an event again: taken (acked) once more, not answered twice
         fs.redeliver(first)
         await asyncio.to_thread(fs.wait_acked, first, 2)

@@ -51,8 +51,9 @@ def test_private_group_background_redelivery_long_and_streamed_answers(servers, 
         fs.wait(lambda: not fs.reactions, 10, "the reaction taken off with the answer")
         # a group: a message without a trigger is kept as background, an @-mention is answered with it
         fs.push_text("oc_team", "I propose Berlin", sender="ou_carol", group=True)
-        fs.push_text("oc_team", "what do you think?", sender="ou_bob", group=True, mention_bot=True)
+        question = fs.push_text("oc_team", "what do you think?", sender="ou_bob", group=True, mention_bot=True)
         fs.wait_texts("oc_team", 1)
+        assert fs.messages_in("oc_team")[0].reply_to == question
         asked = user_texts(llm)[-1]
         assert asked.startswith(HEADER) and "Carol] I propose Berlin" in asked
         assert asked.endswith("[Bob] what do you think?")

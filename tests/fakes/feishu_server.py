@@ -17,7 +17,8 @@ docs:
 - the API, every call with ``Authorization: Bearer <tenant token>`` (else HTTP 400 with code 99991663, as
   Feishu answers an invalid token): ``GET /open-apis/bot/v3/info``, ``POST /open-apis/im/v1/messages
   ?receive_id_type=chat_id`` (``text``, ``post`` or ``interactive``; more than 30 KB of body is code 230025),
-  ``PATCH /open-apis/im/v1/messages/{message_id}`` (interactive only: the card is replaced), ``GET
+  ``POST /open-apis/im/v1/messages/{message_id}/reply`` (to a user's message, in its chat; code 230011 when it
+  is gone), ``PATCH /open-apis/im/v1/messages/{message_id}`` (interactive only: the card is replaced), ``GET
   /open-apis/im/v1/messages/{message_id}/resources/{file_key}?type=image|file`` (a file a user sent; code 234003
   when it is not in that message), ``POST`` and ``DELETE
   /open-apis/im/v1/messages/{message_id}/reactions[/{reaction_id}]`` (the bot's reactions), ``GET
@@ -64,6 +65,8 @@ class SentMessage:
     content: dict[str, Any]
     #: every content it had, the first one first (patches append)
     versions: list[dict[str, Any]] = field(default_factory=list)
+    #: the user's message this one replies to ("" when it is none)
+    reply_to: str = ""
     at: float = field(default_factory=time.monotonic)
 
     @property
@@ -158,6 +161,7 @@ class FakeFeishu:
         app.router.add_get("/open-apis/bot/v3/info", self._api(self._bot_info))
         app.router.add_post("/open-apis/im/v1/messages", self._api(self._create))
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._api(self._patch))
+        app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._api(self._reply))
         app.router.add_get("/open-apis/im/v1/chats/{chat_id}", self._api(self._chat))
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._api(self._react))
         app.router.add_delete("/open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}",
@@ -344,6 +348,25 @@ class FakeFeishu:
             self.sent.append(SentMessage(message_id, str(body.get("receive_id")), msg_type, content, [content]))
         return web.json_response({"code": 0, "msg": "success", "data": {
             "message_id": message_id, "chat_id": body.get("receive_id"), "msg_type": msg_type}})
+
+    async def _reply(self, request: web.Request) -> web.Response:
+        """A reply to a user's message: sent to its chat, in reply to it."""
+        raw = await request.read()
+        if len(raw) > BODY_LIMIT:
+            return web.json_response(TOO_LONG, status=400)
+        body = json.loads(raw)
+        parent = request.match_info["message_id"]
+        payload = self._payloads.get(self.frames_of.get(parent, ""))
+        if payload is None:
+            return web.json_response({"code": 230011, "msg": "The message was withdrawn."}, status=400)
+        chat_id = json.loads(payload)["event"]["message"]["chat_id"]
+        msg_type = body.get("msg_type")
+        content = json.loads(body["content"])
+        message_id = f"om_bot{next(self._ids):026x}"
+        with self._lock:
+            self.sent.append(SentMessage(message_id, chat_id, msg_type, content, [content], reply_to=parent))
+        return web.json_response({"code": 0, "msg": "success", "data": {
+            "message_id": message_id, "chat_id": chat_id, "msg_type": msg_type, "parent_id": parent}})
 
     async def _patch(self, request: web.Request) -> web.Response:
         raw = await request.read()
