@@ -1,10 +1,11 @@
 """A streamed reply on Feishu: one card sent at the first words, then patched in place as the answer grows.
 
-A background pump patches the card to the latest text at most once per ``edit_interval`` (Feishu allows a
-message about five updates a second). Past :data:`~channels.feishu.channel.MESSAGE_LIMIT` characters the card
-is completed with its piece and the answer goes on in a new card. :meth:`finish` makes the last patch with the
-final text and sends what does not fit as further cards. Every API call of a stream happens under its lock, so
-the pump and :meth:`finish` never race for the card.
+The first card goes out once the answer has :data:`FIRST_CHARS` characters or :data:`FIRST_HOLD` seconds after
+its first piece. Then a background pump patches the card to the latest text at most once per ``edit_interval``
+(Feishu allows a message about five updates a second). Past :data:`~channels.feishu.channel.MESSAGE_LIMIT`
+characters the card is completed with its piece and the answer goes on in a new card. :meth:`finish` makes the
+last patch with the final text and sends what does not fit as further cards. Every API call of a stream happens
+under its lock, so the pump and :meth:`finish` never race for the card.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from channels.text import cut_point, split_text
 from core.messages import IncomingMessage, ReplyStream
 
 logger = logging.getLogger(__name__)
+
+#: the first card waits for this many characters, or FIRST_HOLD seconds after the first piece
+FIRST_CHARS = 40
+FIRST_HOLD = 0.5
 
 
 class FeishuReplyStream(ReplyStream):
@@ -81,12 +86,23 @@ class FeishuReplyStream(ReplyStream):
         await self.channel.answered(self.to)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        first_at = loop.time()
         try:
             while not self._closed:
                 if self.text[self.start:].strip() == self.shown:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
+                # The first card waits for FIRST_CHARS characters or FIRST_HOLD seconds: a short answer goes out
+                # whole, and a remark before tool calls ("let me check") is usually never shown.
+                while self.message_id is None and self.start == 0 and len(self.text) < FIRST_CHARS:
+                    left = first_at + FIRST_HOLD - loop.time()
+                    if left <= 0:
+                        break
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), left)
                 async with self._lock:
                     if self._closed:
                         return

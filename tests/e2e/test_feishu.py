@@ -70,7 +70,7 @@ def test_private_group_background_redelivery_long_and_streamed_answers(servers, 
         assert "\n\n".join(pieces) == answer
         # a streamed answer: one card, shown early and updated in place
         words = " ".join(f"word{i}" for i in range(40))
-        llm.enqueue_stream(words, delay=0.05, piece=12)
+        llm.enqueue_stream(words, delay=0.1, piece=12)
         fs.push_text("oc_alice", "stream please")
         fs.wait(lambda: len(fs.messages_in("oc_alice")) == 4 and fs.texts("oc_alice")[3] == words, 30,
                 "the streamed answer")
