@@ -17,6 +17,9 @@ reads from the environment): an access token from ``/v1.0/oauth2/accessToken``, 
 time later (reminders, a reply after a restart). DingTalk's AI cards need a card template made in its card
 platform, so answers are sent whole, not streamed.
 
+Pictures are fetched through ``/v1.0/robot/messageFiles/download`` (a short-lived URL) and shown to the model;
+a voice message is read from DingTalk's own transcript (its ``recognition``), as WeChat's is.
+
 DingTalk gives a bot in a group only the messages that @-mention it, so there is no group background there.
 
 Of several processes on one database, only the elected one holds the Stream connection (``single_receiver``);
@@ -59,6 +62,8 @@ MESSAGE_LIMIT = 4000
 #: seconds the SDK's handler waits for the journal before it answers 500 (DingTalk then delivers it again)
 JOURNAL_TIMEOUT_S = 60.0
 JOIN_TIMEOUT_S = 5.0
+#: the largest picture read
+MAX_MEDIA_BYTES = 20 * 1000 * 1000
 SEND_TIMEOUT_S = 20.0
 CONTENT_TYPES = {"picture": "photo", "audio": "voice", "video": "video", "file": "document"}
 
@@ -83,6 +88,16 @@ def to_incoming(message: ChatbotMessage, channel: str = "dingtalk") -> IncomingM
                        if isinstance(part, dict)).strip()
     else:
         text = ""
+    content = message.extensions.get("content")
+    content = content if isinstance(content, dict) else {}
+    extra: dict[str, Any] = {"staff_id": str(message.sender_staff_id or ""),
+                             "robot_code": str(message.robot_code or "")}
+    if kind == "picture" and content.get("downloadCode"):
+        extra["download_code"] = str(content["downloadCode"])
+    elif kind == "audio":  # DingTalk transcribes voice itself: its recognition is what the bot reads
+        extra["transcript"] = str(content.get("recognition") or "").strip()
+        extra["download_code"] = str(content.get("downloadCode") or "")
+        extra["audio_format"] = "amr"
     is_group = str(message.conversation_type) == "2"
     created = int(message.create_at or 0)
     when = datetime.fromtimestamp(created / 1000, UTC) if created > 0 else datetime.now(UTC)
@@ -93,7 +108,7 @@ def to_incoming(message: ChatbotMessage, channel: str = "dingtalk") -> IncomingM
         group_name=str(message.conversation_title or "") if is_group else "",
         mentions_bot=bool(message.is_in_at_list) if is_group else False, message_id=str(message.message_id or ""),
         time=when, content_type="text" if kind in ("text", "richText") else CONTENT_TYPES.get(kind, "other"),
-        extra={"staff_id": str(message.sender_staff_id or ""), "robot_code": str(message.robot_code or "")})
+        extra=extra)
 
 
 class _Handler(ChatbotHandler):
@@ -286,6 +301,27 @@ class DingTalkChannel(BaseChannel):
                 raise DingTalkError(response.status, str(answer.get("code", "")), str(answer.get("message", "")),
                                     what)
             return answer if isinstance(answer, dict) else {}
+
+    #: pictures are fetched through the robot's file API; voice comes with DingTalk's own transcript (DESIGN §5.1)
+    fetches_media = True
+
+    async def download(self, msg: IncomingMessage) -> bytes | None:
+        """A picture's (or voice message's) bytes: ``/v1.0/robot/messageFiles/download`` gives a short-lived URL."""
+        code = str(msg.extra.get("download_code") or "")
+        if not code:
+            raise ValueError("the message carries no download code")
+        robot = str(msg.extra.get("robot_code") or self.config.dingtalk_client_id)
+        found = await self._post("/v1.0/robot/messageFiles/download", {"downloadCode": code, "robotCode": robot},
+                                 "getting a file's address", await self._access_token())
+        url = str(found.get("downloadUrl") or "")
+        if not url or self._session is None:
+            raise ValueError("DingTalk gave no download address")
+        async with self._session.get(url) as response:
+            response.raise_for_status()
+            data = await response.content.read(MAX_MEDIA_BYTES + 1)
+        if len(data) > MAX_MEDIA_BYTES:
+            raise ValueError(f"the file is larger than {MAX_MEDIA_BYTES:,} bytes")
+        return data
 
     async def send(self, to: IncomingMessage, text: str) -> None:
         """The whole answer as markdown messages of at most :data:`MESSAGE_LIMIT` characters, in order."""

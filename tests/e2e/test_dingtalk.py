@@ -144,3 +144,24 @@ def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_kille
             for bot in bots:
                 if bot.pid is not None:
                     bot.stop()
+
+
+def test_pictures_and_voice_messages_from_dingtalk(tmp_path):
+    """A picture is fetched through the robot's file API and shown to the model; a voice message is read from
+    DingTalk's own transcript."""
+    from tests.media.harness import image_parts, jpeg
+
+    with FakeDingTalk() as dt, FakeOpenAIServer(model="gpt-4o-mini") as llm:
+        bot = bot_for(tmp_path, dt, llm, model="gpt-4o-mini").start()
+        try:
+            llm.enqueue_text("A plain red square.")
+            dt.push_picture("cid_alice", jpeg())
+            assert dt.wait_texts("cid_alice", 1) == ["A plain red square."]
+            parts = image_parts(llm.requests[0])
+            assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+            dt.push_audio("cid_alice", "明天下午三点开会")
+            assert dt.wait_texts("cid_alice", 2)[1] == '(heard: "明天下午三点开会")\n\necho: 明天下午三点开会'
+            assert llm.transcriptions == []
+        finally:
+            assert bot.stop() == 0
+        assert "Traceback" not in bot.log()

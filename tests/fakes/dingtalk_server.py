@@ -14,9 +14,10 @@ environment variable, read when the SDK is imported) and DingTalk's public docs:
   as above;
 - with ``x-acs-dingtalk-access-token``: ``POST /v1.0/robot/oToMessages/batchSend`` (``robotCode``, ``userIds``,
   ``msgKey``, ``msgParam``) and ``POST /v1.0/robot/groupMessages/send`` (``openConversationId`` instead of
-  ``userIds``); ``msgKey`` ``sampleMarkdown`` (``msgParam`` ``{"title", "text"}``) or ``sampleText``
-  (``{"content"}``); more than :data:`TEXT_LIMIT` characters of text is refused. A wrong token is HTTP 401
-  ``{"code": "InvalidAuthentication", "message": "不合法的access_token"}``.
+  ``userIds``), ``POST /v1.0/robot/messageFiles/download`` (``downloadCode``, ``robotCode``: a ``downloadUrl``
+  the fake serves at ``/files/{code}``); ``msgKey`` ``sampleMarkdown`` (``msgParam`` ``{"title", "text"}``) or
+  ``sampleText`` (``{"content"}``); more than :data:`TEXT_LIMIT` characters of text is refused. A wrong token is
+  HTTP 401 ``{"code": "InvalidAuthentication", "message": "不合法的access_token"}``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class FakeDingTalk:
         self.sent: list[Sent] = []
         self.requests: list[tuple[str, str]] = []
         self.connections = 0
+        #: files users sent, by download code
+        self.files: dict[str, bytes] = {}
         self._ws: web.WebSocketResponse | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -108,6 +111,8 @@ class FakeDingTalk:
         app.router.add_post("/v1.0/oauth2/accessToken", self._token)
         app.router.add_post("/v1.0/robot/oToMessages/batchSend", self._send_private)
         app.router.add_post("/v1.0/robot/groupMessages/send", self._send_group)
+        app.router.add_post("/v1.0/robot/messageFiles/download", self._download_url)
+        app.router.add_get("/files/{code}", self._file)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -134,10 +139,28 @@ class FakeDingTalk:
         self.stop()
 
     # --- the users' side --------------------------------------------------------------------------
-    def push_text(self, conversation: str, text: str, *, staff_id: str = "alice01", nick: str = "Alice",
-                  group: str = "", at_bot: bool = False) -> str:
+    def push_text(self, conversation: str, text: str, **kwargs: Any) -> str:
         """A user writes ``text``: in a private chat (``conversation`` is its id), or in the group called
         ``group``, @-mentioning the bot with ``at_bot``. Returns DingTalk's message id."""
+        return self.push(conversation, "text", {"text": {"content": text}}, **kwargs)
+
+    def push_picture(self, conversation: str, data: bytes, **kwargs: Any) -> str:
+        """A user sends a picture (fetched with its ``downloadCode``)."""
+        code = "dc_" + secrets.token_hex(8)
+        self.files[code] = data
+        return self.push(conversation, "picture", {"content": {"downloadCode": code, "pictureDownloadCode": code}},
+                         **kwargs)
+
+    def push_audio(self, conversation: str, recognition: str, data: bytes = b"#!AMR\n", **kwargs: Any) -> str:
+        """A user sends a voice message; DingTalk's transcript of it is ``recognition``."""
+        code = "dc_" + secrets.token_hex(8)
+        self.files[code] = data
+        return self.push(conversation, "audio", {"content": {"duration": 2000, "downloadCode": code,
+                                                             "recognition": recognition}}, **kwargs)
+
+    def push(self, conversation: str, msgtype: str, fields: dict[str, Any], *, staff_id: str = "alice01",
+             nick: str = "Alice", group: str = "", at_bot: bool = False) -> str:
+        """A user's message of any type (``fields``: its content as DingTalk puts it in the message)."""
         n = next(self._ids)
         msg_id = f"msg{n:08d}=="
         now = int(time.time() * 1000)
@@ -147,7 +170,7 @@ class FakeDingTalk:
             "sessionWebhookExpiredTime": now + 5400_000, "createAt": now, "senderCorpId": "dingcorp",
             "conversationType": "2" if group else "1", "senderId": f"$:LWCP_v1:${staff_id}",
             "sessionWebhook": f"{self.base_url}/robot/sendBySession?session={secrets.token_hex(8)}",
-            "text": {"content": text}, "robotCode": self.client_id, "msgtype": "text",
+            "robotCode": self.client_id, "msgtype": msgtype, **fields,
         }
         if group:
             data.update(conversationTitle=group, isInAtList=at_bot,
@@ -240,6 +263,22 @@ class FakeDingTalk:
             self.sent.append(Sent(conversation, user, key, text, str(param.get("title", ""))))
         return web.json_response({"processQueryKey": secrets.token_hex(8), "invalidStaffIdList": [],
                                   "flowControlledStaffIdList": []})
+
+    async def _download_url(self, request: web.Request) -> web.Response:
+        self.requests.append((request.method, request.path))
+        if request.headers.get("x-acs-dingtalk-access-token") not in self.tokens:
+            return web.json_response(BAD_TOKEN, status=401)
+        code = (await request.json()).get("downloadCode", "")
+        if code not in self.files:
+            return web.json_response({"code": "invalidParameter.downloadCode", "message": "downloadCode 不合法"},
+                                     status=400)
+        return web.json_response({"downloadUrl": f"{self.base_url}/files/{code}"})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["code"])
+        if data is None:
+            return web.Response(status=404)
+        return web.Response(body=data, content_type="application/octet-stream")
 
     async def _send_private(self, request: web.Request) -> web.Response:
         self.requests.append((request.method, request.path))
