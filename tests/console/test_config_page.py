@@ -21,7 +21,8 @@ def test_every_key_has_a_field_of_its_kind() -> None:
     assert kinds["character_desc"] == "longtext"
     assert kinds["group_chat_prefix"] == "json" and kinds["channel_type"] == "json" and kinds["plugins"] == "json"
     assert {k for k, kind in kinds.items() if kind == "secret"} == {
-        "open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password"}
+        "open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password", "feishu_app_secret",
+        "dingtalk_client_secret"}
 
 
 def test_a_secret_field_never_holds_the_secret() -> None:
