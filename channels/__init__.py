@@ -1,2 +1,3 @@
-"""Messaging channels (platform adapters): terminal, Telegram, WeChat (weixin and the legacy web login), the
-channel base class and the registry. A channel imports only ``core`` and ``config``; the dispatcher drives it."""
+"""Messaging channels (platform adapters): terminal, Telegram, WeChat (weixin and the legacy web login), Feishu / Lark,
+DingTalk, WeCom and the web chat, the channel base class, the shared reply splitter and the registry. A channel
+imports only ``core``, ``config`` and ``channels``; the dispatcher drives it."""

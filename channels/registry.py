@@ -46,10 +46,12 @@ BUILTIN_CHANNELS: dict[str, str] = {
     "weixin": "channels.weixin.channel",
     "wecom": "channels.wecom.channel",
     "web": "channels.web.channel",
+    "feishu": "channels.feishu.channel",
+    "dingtalk": "channels.dingtalk.channel",
 }
 #: The package a built-in channel's platform library comes from, to name it when it cannot be imported.
 BUILTIN_REQUIREMENTS: dict[str, str] = {"telegram": "python-telegram-bot", "wechat": "itchat-uos",
-                                        "wecom": "wechatpy"}
+                                        "wecom": "wechatpy", "feishu": "lark-oapi", "dingtalk": "dingtalk-stream"}
 
 ChannelFactory = Callable[..., Any]
 

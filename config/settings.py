@@ -40,13 +40,15 @@ ENV_OVERRIDES = {
 }
 #: Keys whose values are masked wherever they are shown.
 SECRET_KEYS = frozenset({"open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password",
-                         "wecom_secret", "wecom_token", "wecom_aes_key"})
+                         "wecom_secret", "wecom_token", "wecom_aes_key",
+                         "feishu_app_secret", "dingtalk_client_secret"})
 #: Keys that take effect only after a restart.
 RESTART_KEYS = frozenset({
     "channel_type", "db_url", "data_dir", "telegram_bot_token", "telegram_base_url", "telegram_mode",
     "telegram_webhook_url", "telegram_webhook_listen", "telegram_webhook_port", "telegram_rate_limit",
     "wechat_hot_reload", "open_ai_api_key", "open_ai_api_base", "max_concurrent_turns", "azure_api_version",
-    "weixin_base_url",
+    "weixin_base_url", "feishu_app_id", "feishu_app_secret", "feishu_domain", "dingtalk_client_id",
+    "dingtalk_client_secret",
     "web_console_port", "web_console_listen",
     "wecom_corp_id", "wecom_agent_id", "wecom_secret", "wecom_token", "wecom_aes_key", "wecom_port",
     "wecom_base_url",
@@ -157,6 +159,11 @@ class Config(BaseModel):
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     tools_window_share: float = Field(0.15, gt=0, le=1)
 
+    feishu_app_id: str = ""
+    feishu_app_secret: str = ""
+    feishu_domain: str = "feishu"
+    dingtalk_client_id: str = ""
+    dingtalk_client_secret: str = ""
     wecom_corp_id: str = ""
     wecom_agent_id: str = ""
     wecom_secret: str = ""
@@ -321,6 +328,11 @@ KEY_HELP: dict[str, str] = {
                     "(command/args/env/cwd, or url/headers); values in env and headers are secrets."),
     "tools_window_share": ("Above this share of the model window, the tools offered are narrowed to those relevant "
                            "to the message, with find_tools for the rest."),
+    "feishu_app_id": "The Feishu / Lark app's App ID (cli_…), for channel_type \"feishu\".",
+    "feishu_app_secret": "The Feishu / Lark app's App Secret (a secret); checked with one call at start.",
+    "feishu_domain": "\"feishu\" (open.feishu.cn), \"lark\" (open.larksuite.com) or a base URL (a private deployment).",
+    "dingtalk_client_id": "The DingTalk app's Client ID (AppKey), for channel_type \"dingtalk\".",
+    "dingtalk_client_secret": "The DingTalk app's Client Secret (AppSecret; a secret).",
     "wecom_corp_id": "WeCom: the Corp ID of your company, for channel_type \"wecom\".",
     "wecom_agent_id": "WeCom: the AgentId of the self-built app.",
     "wecom_secret": "WeCom: the self-built app's Secret (a secret).",

@@ -63,7 +63,7 @@ def test_builtin_channels_register_themselves_under_their_listed_names():
     for name, module in BUILTIN_CHANNELS.items():
         factory = registry.channel_factory(name)
         assert factory.__module__ == module and factory.name == name
-    assert known_channels() == ["telegram", "terminal", "web", "wechat", "wecom", "weixin"]
+    assert known_channels() == ["dingtalk", "feishu", "telegram", "terminal", "web", "wechat", "wecom", "weixin"]
 
 
 def test_channel_type_names_the_known_channels_and_the_nearest():
@@ -73,10 +73,11 @@ def test_channel_type_names_the_known_channels_and_the_nearest():
     with pytest.raises(ConfigError) as err:
         check_channel_type(Config(channel_type=["terminal", "telegarm"]))
     assert str(err.value) == ("invalid value for 'channel_type': unknown channel 'telegarm': the known "
-                              "channels are telegram, terminal, web, wechat, wecom, weixin; did you mean 'telegram'?")
+                              "channels are dingtalk, feishu, telegram, terminal, web, wechat, wecom, weixin; did "
+                              "you mean 'telegram'?")
     check_channel_type(Config(channel_type=["terminal", "telegram"]))
-    with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are telegram, terminal, "
-                                         r"web, wechat, wecom, weixin$"):
+    with pytest.raises(ValueError, match=r"^unknown channel 'irc': the known channels are dingtalk, feishu, "
+                                         r"telegram, terminal, web, wechat, wecom, weixin$"):
         check_channel_names(["terminal", "irc"])
 
 
@@ -104,7 +105,8 @@ def test_build_channels_uses_the_registry():
 
 def test_an_installed_channel_is_known_without_import_and_built_on_demand(irc_installed):
     assert "longchat_irc" not in sys.modules
-    assert known_channels() == ["irc", "telegram", "terminal", "web", "wechat", "wecom", "weixin"]
+    assert known_channels() == ["dingtalk", "feishu", "irc", "telegram", "terminal", "web", "wechat", "wecom",
+                              "weixin"]
     cfg = Config(channel_type=["terminal", "irc"])
     assert "longchat_irc" not in sys.modules  # checking the name imported nothing
     services = object()

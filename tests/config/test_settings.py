@@ -8,6 +8,7 @@ import pytest
 from config.settings import (
     KEY_HELP,
     KNOWN_KEYS,
+    SECRET_KEYS,
     Config,
     ConfigHolder,
     atomic_write_json,
@@ -34,6 +35,7 @@ max_concurrent_turns plugins agent_max_output_tokens stream_replies group_contex
 memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password
 model_max_parallel vision speech_to_text_model usage_cap_user_daily_tokens usage_cap_group_daily_tokens
 usage_cap_daily_tokens usage_fallback_model mcp_servers tools_window_share
+feishu_app_id feishu_app_secret feishu_domain dingtalk_client_id dingtalk_client_secret
 wecom_corp_id wecom_agent_id wecom_secret wecom_token wecom_aes_key
 wecom_port wecom_base_url web_chat_public web_chat_rate_per_minute""".split()
 
@@ -75,6 +77,9 @@ def test_defaults_cover_every_contract_key():
     assert (cfg.wecom_corp_id, cfg.wecom_agent_id, cfg.wecom_secret, cfg.wecom_token, cfg.wecom_aes_key) == ("",) * 5
     assert (cfg.wecom_port, cfg.wecom_base_url) == (8701, "https://qyapi.weixin.qq.com")
     assert (cfg.web_chat_public, cfg.web_chat_rate_per_minute) == (False, 6)
+    assert (cfg.feishu_app_id, cfg.feishu_app_secret, cfg.feishu_domain) == ("", "", "feishu")
+    assert (cfg.dingtalk_client_id, cfg.dingtalk_client_secret) == ("", "")
+    assert {"feishu_app_secret", "dingtalk_client_secret"} <= SECRET_KEYS
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 

@@ -107,8 +107,8 @@ async def test_an_unknown_channel_is_rejected_by_the_check_the_app_gives(tmp_pat
         assert watcher.check() is False
     assert holder() is before
     assert ("config.json change rejected: invalid value for 'channel_type': unknown channel 'telegarm': the known "
-            "channels are telegram, terminal, web, wechat, wecom, weixin; did you mean 'telegram'?; the previous "
-            "settings stay in force") in caplog.text
+            "channels are dingtalk, feishu, telegram, terminal, web, wechat, wecom, weixin; did you mean 'telegram'?; "
+            "the previous settings stay in force") in caplog.text
 
 
 async def test_a_truncated_file_keeps_every_setting_until_it_is_repaired(tmp_path, caplog):

@@ -22,7 +22,7 @@ def test_every_key_has_a_field_of_its_kind() -> None:
     assert kinds["group_chat_prefix"] == "json" and kinds["channel_type"] == "json" and kinds["plugins"] == "json"
     assert {k for k, kind in kinds.items() if kind == "secret"} == {
         "open_ai_api_key", "telegram_bot_token", "admin_password", "web_console_password",
-        "wecom_secret", "wecom_token", "wecom_aes_key"}
+        "wecom_secret", "wecom_token", "wecom_aes_key", "feishu_app_secret", "dingtalk_client_secret"}
 
 
 def test_strings_are_shown_bare_and_read_back_as_the_same_value() -> None:

@@ -69,8 +69,8 @@ def test_an_unknown_channel_is_one_clear_line_naming_the_nearest(tmp_path):
     proc = run_app(path, "")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("config error: invalid value for 'channel_type': unknown channel 'telegarm': the "
-                                   "known channels are telegram, terminal, web, wechat, wecom, weixin; did you mean "
-                                   "'telegram'?")
+                                   "known channels are dingtalk, feishu, telegram, terminal, web, wechat, wecom, "
+                                   "weixin; did you mean 'telegram'?")
 
 
 def summary_aware(body):

@@ -1,0 +1,1 @@
+"""The dingtalk channel: DingTalk over dingtalk-stream (see channels/dingtalk/channel.py)."""
