@@ -39,6 +39,9 @@ from lark_oapi.core.token.manager import TokenManager
 
 from core.errors import BotError
 
+#: characters per card: well inside Feishu's 30 KB request body even for CJK text (3 bytes a character)
+MESSAGE_LIMIT = 4000
+
 #: codes worth another try: the token expired or was revoked (a new one is fetched), or a rate limit
 #: (lark_oapi/channel/errors.py buckets Feishu's codes the same way)
 RETRYABLE_CODES = frozenset({99991663, 99991664, 99991665, 99991666, 99991668, 99991402, 11020, 11021, 230020})

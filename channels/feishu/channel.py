@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
 
 from channels.base import BaseChannel
-from channels.feishu.api import RETRYABLE_CODES, FeishuAPI, FeishuError, credential_problem, domain_url
+from channels.feishu.api import MESSAGE_LIMIT, RETRYABLE_CODES, FeishuAPI, FeishuError, credential_problem, domain_url
 from channels.registry import register_channel
 from channels.text import split_text
 from core.messages import IncomingMessage, ReplyStream
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: characters per card: well inside Feishu's 30 KB request body even for CJK text (3 bytes a character)
-MESSAGE_LIMIT = 4000
 #: seconds the SDK's handler waits for the journal before it gives up (the event is then delivered again)
 JOURNAL_TIMEOUT_S = 60.0
 #: seconds stop() waits for the SDK's thread

@@ -2,7 +2,7 @@
 
 The first card goes out once the answer has :data:`FIRST_CHARS` characters or :data:`FIRST_HOLD` seconds after
 its first piece. Then a background pump patches the card to the latest text at most once per ``edit_interval``
-(Feishu allows a message about five updates a second). Past :data:`~channels.feishu.channel.MESSAGE_LIMIT`
+(Feishu allows a message about five updates a second). Past :data:`~channels.feishu.api.MESSAGE_LIMIT`
 characters the card is completed with its piece and the answer goes on in a new card. :meth:`finish` makes the
 last patch with the final text and sends what does not fit as further cards. Every API call of a stream happens
 under its lock, so the pump and :meth:`finish` never race for the card.
@@ -13,10 +13,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Protocol
 
-from channels.feishu.channel import MESSAGE_LIMIT, FeishuChannel
+from channels.feishu.api import MESSAGE_LIMIT, FeishuAPI
 from channels.text import cut_point, split_text
 from core.messages import IncomingMessage, ReplyStream
+
+
+class CardChannel(Protocol):
+    """What a streamed reply uses of the Feishu channel (``channels/feishu/channel.py`` ``FeishuChannel``)."""
+
+    api: FeishuAPI
+    #: seconds between two updates of the card
+    edit_interval: float
+
+    def reply_to(self, to: IncomingMessage) -> str:
+        """The message id a group's first card replies to ("" for none)."""
+        ...
+
+    async def send(self, to: IncomingMessage, text: str) -> None:
+        """Send ``text`` whole, as the channel sends answers."""
+        ...
+
+    async def answered(self, to: IncomingMessage) -> None:
+        """The answer to ``to`` is out."""
+        ...
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +49,7 @@ FIRST_HOLD = 0.5
 class FeishuReplyStream(ReplyStream):
     """One streamed reply in one chat (see the module docstring)."""
 
-    def __init__(self, channel: FeishuChannel, to: IncomingMessage) -> None:
+    def __init__(self, channel: CardChannel, to: IncomingMessage) -> None:
         self.channel = channel
         self.to = to
         self._lock = asyncio.Lock()

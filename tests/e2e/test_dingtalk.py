@@ -89,7 +89,8 @@ def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
     dt.push_text("cid_alice", "after")
     dt.wait_texts("cid_alice", 3)
     time.sleep(1.0)
-    assert dt.texts("cid_alice") == ["echo: first", "echo: slow", "echo: after"]
+    # the resumed answer shows the question it answers
+    assert dt.texts("cid_alice") == ["echo: first", "> slow\n\necho: slow", "echo: after"]
     assert dt.deliveries[dt.frames_of[slow]] == 1
     assert bot.stop() == 0
 
