@@ -49,6 +49,7 @@ def searcher(services: Services) -> MemorySearch:
     turns: HistoryIndex | None = services.history_index
     if turns is None:
         turns = services.history_index = HistoryIndex(services.store)
+    found.priority = turns.priority  # one order of priority for both searches and both indexers
     if turns.embedder_settings != settings:  # the same embedder (and model thread) as the memory files'
         turns.set_embedder(found.index.embedder)
         turns.embedder_settings = settings
