@@ -121,7 +121,8 @@ async def run(args: argparse.Namespace) -> int:
         sql_read = time.process_time() - t0
 
         t0 = time.process_time()
-        texts = hi.embed_texts(waiting) if hasattr(hi, "embed_texts") else [hi.embed_text(m) for m in waiting]
+        texts = ([t for _, t in hi.embed_texts(waiting)] if hasattr(hi, "embed_texts")
+                 else [hi.embed_text(m) for m in waiting])
         python_texts = time.process_time() - t0
         full = [t for t in texts if t]
 
