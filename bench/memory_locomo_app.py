@@ -374,6 +374,13 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
             info["files"]["(fallback) lines"] += sum("(fallback)" in line for line in lines)
             info["files"]["characters"] += len(on_disk)
             texts = {t["dia_id"]: t.get("text", "") for t in chat.items}
+            searcher = services.memory_search
+            if searcher is not None and hasattr(searcher, "refreshed"):
+                # the files are new to this process: their passages missing from the index are embedded in the
+                # background after a first search (memory/search.py); the questions are asked of the settled index
+                await memory_tool.call(ToolContext(session_id=sid, config=services.config(),
+                                                   data_dir=services.config().data_path()), {"query": "warm up"})
+                await searcher.refreshed(sid)
             asked = 0
             for qa in conversation["qa"]:
                 evidence = [texts[d] for d in sorted(evidence_ids(qa)) if d in texts]

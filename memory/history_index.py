@@ -54,6 +54,8 @@ RETRY_SECONDS = 30.0
 #: tokens' (bench/memory_indexer.py), and a passage shows 360 characters of a message (store/history_search.py).
 EMBED_CHARS = 600
 CONTEXT_CHARS = 300
+#: The share of the better neighbouring exchange's similarity added to an exchange's own (bench/memory_locomo_app.py).
+NEIGHBOUR_WEIGHT = 0.8
 #: Candidates each ranking brings to the fusion.
 CANDIDATES = 50
 #: The fusion's constant: small, so the head of each ranking counts most (on LoCoMo, 5 finds the evidence of 67%
@@ -159,7 +161,14 @@ class SessionVectors:
         q8, _ = quantise(query[None, :])
         # int8 rows times the int8 query, summed in int32: a quarter of float32's memory, and no float copy
         sims = np.einsum("ij,j->i", self.matrix[:n], q8[0], dtype=np.int32, casting="unsafe")
-        scores = sims.astype(np.float32) * self.scales[:n]
+        own = sims.astype(np.float32) * self.scales[:n]
+        # each exchange ranked with its neighbours: the better of the exchanges before and after it adds a part
+        # of its similarity ("Yes, last June" is found through the question before it)
+        near = np.full_like(own, -1.0)
+        if n > 1:
+            near[1:] = own[:-1]
+            near[:-1] = np.maximum(near[:-1], own[1:])
+        scores = own + NEIGHBOUR_WEIGHT * np.maximum(near, 0.0)
         return [int(self.seqs[i]) for i in top(scores, limit, above=float("-inf"))]
 
 

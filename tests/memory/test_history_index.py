@@ -236,7 +236,8 @@ async def test_the_indexer_runs_in_the_background_and_a_reply_wakes_it(store, mo
     assert off._task is None
 
 
-def test_int8_vectors_rank_as_float_ones() -> None:
+def test_int8_vectors_rank_as_float_ones(monkeypatch) -> None:
+    monkeypatch.setattr(hi, "NEIGHBOUR_WEIGHT", 0.0)  # each row alone, as the float ranking below
     rng = np.random.default_rng(7)
     vectors = normalise(rng.normal(size=(500, 384)))
     query = normalise(vectors[42] + 0.3 * rng.normal(size=384))[0]
@@ -250,6 +251,16 @@ def test_int8_vectors_rank_as_float_ones() -> None:
     assert held.ranking(query, None, 10)[:5] == exact[:5]
     assert held.ranking(query, 43, 10)[0] != 43 and max(held.ranking(query, 43, 10)) < 43
     assert held.nbytes >= 500 * 384
+
+
+def test_an_exchange_is_ranked_with_its_neighbours() -> None:
+    """Rows 2 and 5 are equally near the query; row 3, next to 2, is nearer: 2 ranks before 5."""
+    vectors = np.array([[0, 1, 0], [0.6, 0.8, 0], [0.8, 0, 0.6], [0, 1, 0], [0.6, 0.8, 0], [0, 1, 0]],
+                       dtype=np.float32)
+    q8, scales = quantise(vectors)
+    held = SessionVectors(3)
+    held.extend(mv.VectorRows(list(range(1, 7)), list(range(1, 7)), scales.tolist(), [row.tobytes() for row in q8]))
+    assert held.ranking(np.array([1, 0, 0], dtype=np.float32), None, 6)[:4] == [3, 2, 5, 4]
 
 
 def test_embed_texts_caps_the_message_and_its_answer() -> None:
