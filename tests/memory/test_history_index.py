@@ -254,13 +254,13 @@ def test_int8_vectors_rank_as_float_ones(monkeypatch) -> None:
 
 
 def test_an_exchange_is_ranked_with_its_neighbours() -> None:
-    """Rows 2 and 5 are equally near the query; row 3, next to 2, is nearer: 2 ranks before 5."""
-    vectors = np.array([[0, 1, 0], [0.6, 0.8, 0], [0.8, 0, 0.6], [0, 1, 0], [0.6, 0.8, 0], [0, 1, 0]],
+    """Rows 2 and 6 are equally near the query; row 3, next to 2, is nearer: 2 ranks before 6."""
+    vectors = np.array([[0, 1, 0], [0.6, 0.8, 0], [0.7, 0, 0.714], [0, 1, 0], [0, 1, 0], [0.6, 0.8, 0], [0, 1, 0]],
                        dtype=np.float32)
     q8, scales = quantise(vectors)
     held = SessionVectors(3)
-    held.extend(mv.VectorRows(list(range(1, 7)), list(range(1, 7)), scales.tolist(), [row.tobytes() for row in q8]))
-    assert held.ranking(np.array([1, 0, 0], dtype=np.float32), None, 6)[:4] == [3, 2, 5, 4]
+    held.extend(mv.VectorRows(list(range(1, 8)), list(range(1, 8)), scales.tolist(), [row.tobytes() for row in q8]))
+    assert held.ranking(np.array([1, 0, 0], dtype=np.float32), None, 7)[:3] == [3, 2, 6]
 
 
 def test_embed_texts_caps_the_message_and_its_answer() -> None:
