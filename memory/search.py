@@ -234,6 +234,14 @@ class MemorySearch:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def stop(self) -> None:
+        """Cancel the background embedding (at a stop, before the database closes; it resumes after a search)."""
+        tasks = list(self._refreshing.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _refresh(self, session_id: str) -> None:
         """Embed passages stored under another model (or none) again, :data:`REFRESH_BATCH` at a time, letting
         searches go first between batches, so a change of model brings the whole index over."""

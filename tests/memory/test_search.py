@@ -170,3 +170,15 @@ async def test_a_file_changed_outside_the_bot_is_searched_as_it_is_now(store, tm
     # only the new passages are embedded, not the unchanged ones
     assert sorted(texts) == ["The boiler is broken again.", "The spare key is under the blue flowerpot."]
     assert await search.index.sync(A) == 0  # nothing changed since
+
+
+async def test_a_stop_cancels_the_background_embedding(store, tmp_path: Path) -> None:
+    memory = DailyMemory(tmp_path, UTC)
+    await add(MemoryIndex(store, None, memory), A, "note", "- stored without a vector", "MEMORY.md")
+    embedder = HashEmbedder()
+    search = MemorySearch(MemoryIndex(store, embedder, memory))
+    async with search.priority.searching():  # a search runs: the background embedding waits for its turn
+        assert [h.text for h in await search.search(A, "stored")] == ["stored without a vector"]
+        await search.stop()
+    await search.refreshed()
+    assert await search.index.models(A) == {"": 1} and embedder.calls == []
