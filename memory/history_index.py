@@ -4,10 +4,13 @@
 **Indexing** runs in one background task (:meth:`HistoryIndex.start`), never on a turn's path: it reads
 the messages that have no vector yet (store/message_vectors.py: the database is the queue, so it is
 bounded, survives restarts and needs no memory), embeds them a small batch at a time on the embedding
-model's own thread and stores int8 vectors. A reply wakes it (the ``after_reply`` hook of the
-``memory_index`` plugin); otherwise it looks again every :data:`IDLE_SECONDS`. A message is embedded with
-the turn before it (who said what in answer to what: "Yes, last June" means little alone), its own text
-cut at :data:`EMBED_CHARS`; tool calls and tool results are not embedded. With
+model's own thread and stores int8 vectors; between batches it lets any running search go first
+(memory/priority.py). A reply wakes it (the ``after_reply`` hook of the ``memory_index`` plugin); otherwise
+it looks again every :data:`IDLE_SECONDS`. One vector per exchange (:func:`embed_texts`): a user message
+with the bot's answer, texts cut at :data:`EMBED_CHARS` and :data:`CONTEXT_CHARS`; a message of filler
+alone ("ok, noted") and tool calls and results are not embedded. The model's cost is the tokens embedded
+(bench/memory_indexer.py), so each said thing is embedded once, not once alone and once as the context of
+the next message. Messages not embedded yet are still found by their words. With
 ``memory_embedding_model`` off nothing is embedded and ``history_search`` stays full-text.
 
 **Searching**: the database's full-text ranking (store/history_search.py) and a scan of the session's
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,7 +33,9 @@ import numpy as np
 
 from core import heap
 from memory.embeddings import BaseEmbedder, quantise
+from memory.priority import SearchFirst
 from memory.ranking import fuse, top
+from memory.search import terms
 from store import message_vectors as mv
 from store.history_search import HistoryHit, history_hits, message_text, rank_history
 
@@ -38,15 +44,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Messages embedded per batch (one batch is a few hundred milliseconds of one core with the local model).
-BATCH = 16
+#: Messages read per batch; the indexer lets a search go first between batches (memory/priority.py).
+BATCH = 8
 #: Seconds the indexer waits for a reply's wake-up before it looks for unindexed messages again.
 IDLE_SECONDS = 30.0
 #: Seconds the indexer waits after a failure (the database or the embeddings endpoint away).
 RETRY_SECONDS = 30.0
-#: Characters of a message embedded, and of the turn before it.
-EMBED_CHARS = 1000
+#: Characters of a message embedded, and of the answer (or question) embedded with it. The model's cost is its
+#: tokens' (bench/memory_indexer.py), and a passage shows 360 characters of a message (store/history_search.py).
+EMBED_CHARS = 600
 CONTEXT_CHARS = 300
+#: The share of the better neighbouring exchange's similarity added to an exchange's own (bench/memory_locomo_app.py).
+NEIGHBOUR_WEIGHT = 0.8
 #: Candidates each ranking brings to the fusion.
 CANDIDATES = 50
 #: The fusion's constant: small, so the head of each ranking counts most (on LoCoMo, 5 finds the evidence of 67%
@@ -54,15 +63,56 @@ CANDIDATES = 50
 RRF_K = 5
 #: Bytes of session matrices kept in memory together (the session searched last is kept whatever its size).
 CACHE_BYTES = 48 * 1024 * 1024
+#: Words that carry nothing to search by meaning for (with memory/search.py's stop words): a message of
+#: nothing else ("ok, thanks!") is not embedded (the words' index still holds it).
+FILLER = frozenset("""ok okay k kk noted thanks thank thx ty yes yeah yep yup no nope nah sure got it great cool nice
+good fine alright right lol haha hahaha hehe hmm hm oh ah wow hi hello hey bye see later np welcome please pls
+done will let know understood agreed sounds""".split())
+#: two letters together, or one CJK character (a word alone: 猫)
+_LETTERS = re.compile(r"[^\W\d_]{2,}|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
-def embed_text(message: mv.PendingMessage) -> str:
-    """What is embedded for a stored message: the turn before it, then the message (``""``: nothing to embed)."""
-    body = " ".join(message_text(message.content).split())[:EMBED_CHARS]
-    if not body:
-        return ""
-    previous = " ".join(message_text(message.previous).split())[:CONTEXT_CHARS] if message.previous else ""
-    return f"{previous}\n{body}" if previous else body
+def has_content(body: str) -> bool:
+    """True when ``body`` holds a word worth embedding (not only filler, stop words, numbers or emoji)."""
+    return any(term not in FILLER and _LETTERS.search(term) for term in terms(body))
+
+
+def _flat(content: object, width: int) -> str:
+    return " ".join(message_text(content).split())[:width]
+
+
+def embed_texts(waiting: list[mv.PendingMessage]) -> list[tuple[mv.PendingMessage, str]]:
+    """What is embedded for a batch of waiting messages: ``(message, text)`` rows, ``""`` for a row stored
+    with an empty vector. One vector per exchange: a user message with the bot's answer after it (when the
+    answer has content words), on the user message's row; the answer's row is empty. An answer whose
+    question was embedded alone before it came (or an assistant message that answers nothing) gets its own
+    vector, with the question before it. A text without content words is not embedded."""
+    rows: list[tuple[mv.PendingMessage, str]] = []
+    covered: set[int] = set()
+    for message in waiting:
+        if message.id in covered:
+            continue
+        body = _flat(message.content, EMBED_CHARS)
+        if message.role == "user":
+            answer = message.next if message.next is not None and message.next.role == "assistant" else None
+            text = body if has_content(body) else ""
+            if answer is not None and not answer.indexed:
+                reply = _flat(answer.content, CONTEXT_CHARS)
+                if has_content(reply):
+                    text = f"{body}\n{reply}" if body else reply
+                rows.append((message, text))
+                rows.append((mv.PendingMessage(answer.id, message.session_id, answer.seq, answer.role, None), ""))
+                covered.add(answer.id)
+                continue
+            rows.append((message, text))
+            continue
+        if not has_content(body):
+            rows.append((message, ""))
+            continue
+        question = message.previous
+        context = _flat(question.content, CONTEXT_CHARS) if question is not None else ""
+        rows.append((message, f"{context}\n{body}" if context else body))
+    return rows
 
 
 @dataclass
@@ -111,7 +161,14 @@ class SessionVectors:
         q8, _ = quantise(query[None, :])
         # int8 rows times the int8 query, summed in int32: a quarter of float32's memory, and no float copy
         sims = np.einsum("ij,j->i", self.matrix[:n], q8[0], dtype=np.int32, casting="unsafe")
-        scores = sims.astype(np.float32) * self.scales[:n]
+        own = sims.astype(np.float32) * self.scales[:n]
+        # each exchange ranked with its neighbours: the better of the exchanges before and after it adds a part
+        # of its similarity ("Yes, last June" is found through the question before it)
+        near = np.full_like(own, -1.0)
+        if n > 1:
+            near[1:] = own[:-1]
+            near[:-1] = np.maximum(near[:-1], own[1:])
+        scores = own + NEIGHBOUR_WEIGHT * np.maximum(near, 0.0)
         return [int(self.seqs[i]) for i in top(scores, limit, above=float("-inf"))]
 
 
@@ -129,6 +186,8 @@ class HistoryIndex:
         self._wake: asyncio.Event | None = None
         #: the model whose name the stored vectors were last checked against (those of another are deleted)
         self._checked_model = ""
+        #: searches hold the indexers back (shared with memory_search's, memory/priority.py)
+        self.priority = SearchFirst()
 
     @property
     def model_name(self) -> str:
@@ -171,15 +230,15 @@ class HistoryIndex:
         waiting = await self.store.database.run_long(mv.pending, limit)
         if not waiting:
             return 0
-        texts = [embed_text(m) for m in waiting]
-        full = [i for i, t in enumerate(texts) if t]
-        vectors = await embedder.embed([texts[i] for i in full]) if full else np.zeros((0, 0), dtype=np.float32)
+        planned = embed_texts(waiting)
+        full = [i for i, (_, t) in enumerate(planned) if t]
+        vectors = await embedder.embed([planned[i][1] for i in full]) if full else np.zeros((0, 0), dtype=np.float32)
         q8, scales = quantise(vectors) if full else (np.zeros((0, 0), dtype=np.int8), np.zeros(0, dtype=np.float32))
-        rows: list[tuple[mv.PendingMessage, float, bytes]] = [(m, 0.0, b"") for m in waiting]
+        rows: list[tuple[mv.PendingMessage, float, bytes]] = [(m, 0.0, b"") for m, _ in planned]
         for row, i in enumerate(full):
-            rows[i] = (waiting[i], float(scales[row]), q8[row].tobytes())
+            rows[i] = (planned[i][0], float(scales[row]), q8[row].tobytes())
         await self.store.run(mv.save, embedder.name, rows)
-        return len(waiting)
+        return len(rows)
 
     async def catch_up(self) -> int:
         """Index every message without a vector now (tests, benchmarks); the messages handled."""
@@ -189,9 +248,12 @@ class HistoryIndex:
                 pass
             self._checked_model = self.embedder.name
         done = 0
-        while n := await self.index_pending():
+        while True:
+            await self.priority.wait_turn()  # a search goes first (memory/priority.py)
+            n = await self.index_pending()
+            if not n:
+                return done
             done += n
-        return done
 
     async def _run(self) -> None:
         assert self._wake is not None
@@ -254,6 +316,10 @@ class HistoryIndex:
                      before_seq: int | None = None) -> list[HistoryHit]:
         """The session's messages best matching ``query`` by words and by meaning, best first; full-text only
         when semantic search is off or the query cannot be embedded."""
+        async with self.priority.searching():
+            return await self._search(session_id, query, limit, before_seq)
+
+    async def _search(self, session_id: str, query: str, limit: int, before_seq: int | None) -> list[HistoryHit]:
         if self.embedder is None:
             return await self.store.search_history(session_id, query, limit, before_seq)
         # the database ranks by words while the model embeds the query and the session's vectors are scanned

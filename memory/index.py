@@ -175,10 +175,11 @@ class MemoryIndex:
         """The embedding model's name, or ``""`` when semantic search is off."""
         return self.embedder.name if self.embedder is not None else ""
 
-    async def _rows(self, session_id: str, items: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-        """Rows for ``(source, kind, text)`` passages, embedded when an embedder is set and answers."""
+    async def _rows(self, session_id: str, items: list[tuple[str, str, str]],
+                    embed: bool = True) -> list[dict[str, Any]]:
+        """Rows for ``(source, kind, text)`` passages, embedded when ``embed`` and an embedder is set and answers."""
         vectors = None
-        if self.embedder is not None and items:
+        if embed and self.embedder is not None and items:
             try:
                 vectors = await self.embedder.embed([text for _, _, text in items])
             except Exception:  # noqa: BLE001 - keywords still find the passages; /memory rebuild embeds them
@@ -246,11 +247,12 @@ class MemoryIndex:
             found[path.name] = (st.st_mtime_ns, st.st_size)
         return found
 
-    async def sync(self, session_id: str) -> int:
+    async def sync(self, session_id: str, *, embed: bool = True) -> int:
         """Bring the session's index in step with its files (an operator may edit MEMORY.md while the bot
         runs): each file changed since this process last looked is indexed again, only its new passages
         embedded, passages it no longer holds deleted, and the passages of deleted files dropped. Returns
-        how many passages were added or deleted."""
+        how many passages were added or deleted. ``embed`` false (a search): new passages are stored without a
+        vector, for their words, and embedded later (memory/search.py)."""
         now = await asyncio.to_thread(self._signatures, session_id)
         before = self._synced.get(session_id)
         if before == now:
@@ -265,8 +267,9 @@ class MemoryIndex:
             kind = "note" if name == LONG_TERM_FILE else "summary"
             text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
             deleted, fresh = await self.store.run(_sync_source, session_id, name, list(dict.fromkeys(chunk_text(text))))
-            added = await self.store.run(_insert_new, session_id,
-                                         await self._rows(session_id, [(name, kind, t) for t in fresh])) if fresh else 0
+            items = [(name, kind, t) for t in fresh]
+            rows = await self._rows(session_id, items, embed) if fresh else []
+            added = await self.store.run(_insert_new, session_id, rows) if fresh else 0
             changed += deleted + added
         self._synced[session_id] = now
         if changed:

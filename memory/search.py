@@ -23,6 +23,7 @@ import numpy as np
 
 from memory.embeddings import from_bytes
 from memory.index import ChunkRow, MemoryIndex, date_of
+from memory.priority import SearchFirst
 from memory.ranking import fuse, top
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ CANDIDATES = 50
 MIN_SIMILARITY = 0.1
 #: Sessions whose corpus is kept in memory.
 CACHED_SESSIONS = 64
-#: Passages of another embedding model embedded again per search (about a second with the local model).
+#: Passages of another embedding model (or stored without a vector) embedded again per background batch.
 REFRESH_BATCH = 64
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -155,6 +156,11 @@ class MemorySearch:
         self._lock = asyncio.Lock()
         #: sessions whose passages of another model could not be embedded again (not retried by this process)
         self._refresh_failed: set[str] = set()
+        #: the background embedding of a session's passages stored without a vector of the current model
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
+        #: searches first: the background embedding waits between batches while one runs (shared with the
+        #: history index's, set by the memory_index plugin)
+        self.priority = SearchFirst()
 
     async def corpus(self, session_id: str) -> Corpus:
         """The session's corpus, loaded again only when its index changed."""
@@ -178,19 +184,27 @@ class MemorySearch:
         self.index.forget(session_id)
 
     async def search(self, session_id: str, query: str, k: int = TOP_K, *, semantic: bool = True) -> list[Passage]:
-        """The ``k`` best passages of this session for ``query``; keywords only when ``semantic`` is false or off."""
+        """The ``k`` best passages of this session for ``query``; keywords only when ``semantic`` is false or off.
+
+        Nothing but the question is embedded on the search's path: passages new to the index (a file changed
+        outside the bot) or of another model are embedded in the background (:meth:`refreshed` waits for it),
+        and found by their words meanwhile."""
         if not query.strip():
             return []
+        async with self.priority.searching():
+            return await self._search(session_id, query, k, semantic)
+
+    async def _search(self, session_id: str, query: str, k: int, semantic: bool) -> list[Passage]:
         # A file changed outside the bot is searched as it is now. Deletions can leave the index's stamp as it
         # was (SQLite reuses the highest freed id), so a sync that changed anything drops the cached corpus.
-        if await self.index.sync(session_id):
+        if await self.index.sync(session_id, embed=False):
             self._cache.pop(session_id, None)
         corpus = await self.corpus(session_id)
         if not corpus.rows:
             return []
         embedder = self.index.embedder
         if semantic and embedder is not None and session_id not in self._refresh_failed:
-            corpus = await self._refresh(session_id, corpus)
+            self._refresh_later(session_id, corpus)
         rankings = [corpus.keyword_ranking(query)]
         if semantic and embedder is not None and len(corpus.vector_rows):
             try:
@@ -205,21 +219,49 @@ class MemorySearch:
         return hits
 
 
-    async def _refresh(self, session_id: str, corpus: Corpus) -> Corpus:
-        """Embed passages stored under another model (or none) again, up to REFRESH_BATCH per search, so a
-        change of model brings the whole index over within a few searches without stalling one for long."""
-        stale = [row for row in corpus.rows if row.model != self.index.model_name][:REFRESH_BATCH]
-        if not stale:
-            return corpus
-        try:
-            done = await self.index.refresh(stale)
-        except Exception:  # noqa: BLE001 - the stored vectors and the keywords still answer
-            logger.exception("session %s: embedding %d passages with the new model failed", session_id, len(stale))
-            self._refresh_failed.add(session_id)
-            return corpus
-        logger.info("session %s: %d passages embedded with %s", session_id, done, self.index.model_name)
-        self._cache.pop(session_id, None)
-        return await self.corpus(session_id)
+    def _refresh_later(self, session_id: str, corpus: Corpus) -> None:
+        """Embed the session's passages of another model (or none) in the background, if any."""
+        if session_id in self._refreshing or all(row.model == self.index.model_name for row in corpus.rows):
+            return
+        task = asyncio.create_task(self._refresh(session_id), name=f"memory refresh {session_id}")
+        self._refreshing[session_id] = task
+        task.add_done_callback(lambda _: self._refreshing.pop(session_id, None))
+
+    async def refreshed(self, session_id: str | None = None) -> None:
+        """Wait for the background embedding of one session's passages (or of all)."""
+        tasks = [self._refreshing[session_id]] if session_id in self._refreshing else (
+            list(self._refreshing.values()) if session_id is None else [])
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Cancel the background embedding (at a stop, before the database closes; it resumes after a search)."""
+        tasks = list(self._refreshing.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _refresh(self, session_id: str) -> None:
+        """Embed passages stored under another model (or none) again, :data:`REFRESH_BATCH` at a time, letting
+        searches go first between batches, so a change of model brings the whole index over."""
+        done = 0
+        while True:
+            await self.priority.wait_turn()
+            corpus = await self.corpus(session_id)
+            stale = [row for row in corpus.rows if row.model != self.index.model_name][:REFRESH_BATCH]
+            if not stale or self.index.embedder is None:
+                break
+            try:
+                done += await self.index.refresh(stale)
+            except Exception:  # noqa: BLE001 - the stored vectors and the keywords still answer
+                logger.exception("session %s: embedding %d passages with the new model failed", session_id,
+                                 len(stale))
+                self._refresh_failed.add(session_id)
+                break
+            self._cache.pop(session_id, None)
+        if done:
+            logger.info("session %s: %d passages embedded with %s", session_id, done, self.index.model_name)
 
 
 def format_passages(hits: list[Passage]) -> str:

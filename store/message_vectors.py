@@ -1,11 +1,12 @@
 """The embeddings of stored messages (table ``message_vectors``), for the semantic half of ``history_search``.
 
 One row per user or assistant message, written by the background indexer (memory/history_index.py) after
-the message is stored, never on the turn's path. A message without text (an assistant's tool call) gets a
-row with an empty vector, so it is not picked again. Vectors are int8 with one float scale per row
-(384 bytes a turn with the local model, not 1,536 as float32). A row goes with its message (the foreign
-key cascades on both databases), so cleanup and ``/forget`` remove it; ``/forget`` also deletes it by
-``session_id`` (memory/forget.py).
+the message is stored, never on the turn's path. A user message's row holds the vector of the exchange (the
+message with the bot's answer), and the answer's row an empty vector; a message without text or without
+content words (an assistant's tool call, "ok, thanks") gets an empty one too, so it is not picked again.
+Vectors are int8 with one float scale per row (384 bytes a turn with the local model, not 1,536 as
+float32). A row goes with its message (the foreign key cascades on both databases), so cleanup and
+``/forget`` remove it; ``/forget`` also deletes it by ``session_id`` (memory/forget.py).
 
 Which messages wait for a vector is read from the tables themselves: those after the newest indexed
 message (less :data:`LOOK_BACK`, for a transaction that committed a lower id later) with no row yet. So a
@@ -29,18 +30,34 @@ _V = _VECTORS.c
 
 #: Messages below the newest indexed one that are still checked for a missing vector.
 LOOK_BACK = 1000
+#: A message's neighbour is the nearest user or assistant message within this many seqs (tool calls lie between).
+REACH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """The nearest user or assistant message before or after a waiting one (tool calls may lie between)."""
+
+    id: int
+    seq: int
+    role: str
+    content: Any
+    #: it has a vector row already (it was indexed)
+    indexed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class PendingMessage:
-    """A stored message waiting for its vector, with the text of the turn before it (``""``: none)."""
+    """A stored message waiting for its vector, with its neighbours: ``previous`` (for an assistant message:
+    the question it may answer) and ``next`` (for a user message: the answer it may have got)."""
 
     id: int
     session_id: str
     seq: int
     role: str
     content: Any
-    previous: Any = None
+    previous: Neighbour | None = None
+    next: Neighbour | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +70,21 @@ class VectorRows:
     vectors: list[bytes]
 
 
+def _neighbour(conn: Connection, session_id: str, seq: int, after: bool) -> Neighbour | None:
+    """The nearest user or assistant message within :data:`REACH` seqs before (or after) ``seq``."""
+    op, order, edge = (">", "ASC", seq + REACH) if after else ("<", "DESC", seq - REACH)
+    row = conn.execute(text(
+        f"SELECT m.id, m.seq, m.role, m.content, v.message_id FROM messages m "
+        f"LEFT JOIN message_vectors v ON v.message_id = m.id "
+        f"WHERE m.session_id = :sid AND m.seq {op} :seq AND m.seq {'<=' if after else '>='} :edge "
+        f"AND m.role IN ('user', 'assistant') ORDER BY m.seq {order} LIMIT 1"),
+        {"sid": session_id, "seq": seq, "edge": edge}).first()
+    return Neighbour(row[0], row[1], row[2], row[3], row[4] is not None) if row is not None else None
+
+
 def pending(conn: Connection, limit: int) -> list[PendingMessage]:
-    """Up to ``limit`` user and assistant messages without a vector, oldest first, each with the message before
-    it in its session (the context a reply is embedded with)."""
+    """Up to ``limit`` user and assistant messages without a vector, oldest first: a user message with the
+    message after it (its answer, when the bot answered), an assistant message with the one before it."""
     newest = conn.execute(select(func.max(_V.message_id))).scalar() or 0
     rows = conn.execute(text(
         "SELECT m.id, m.session_id, m.seq, m.role, m.content FROM messages m "
@@ -64,12 +93,12 @@ def pending(conn: Connection, limit: int) -> list[PendingMessage]:
         "ORDER BY m.id LIMIT :n"), {"floor": newest - LOOK_BACK, "n": limit}).all()
     found = []
     for id_, session_id, seq, role, content in rows:
-        # the nearest user or assistant message before it (tool calls and results may lie between)
-        previous = conn.execute(text(
-            "SELECT content FROM messages WHERE session_id = :sid AND seq < :seq AND seq >= :lo "
-            "AND role IN ('user', 'assistant') ORDER BY seq DESC LIMIT 1"),
-            {"sid": session_id, "seq": seq, "lo": seq - 4}).scalar()
-        found.append(PendingMessage(id_, session_id, seq, role, content, previous))
+        if role == "user":
+            found.append(PendingMessage(id_, session_id, seq, role, content,
+                                        next=_neighbour(conn, session_id, seq, True)))
+        else:
+            found.append(PendingMessage(id_, session_id, seq, role, content,
+                                        previous=_neighbour(conn, session_id, seq, False)))
     return found
 
 

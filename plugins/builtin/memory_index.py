@@ -49,6 +49,7 @@ def searcher(services: Services) -> MemorySearch:
     turns: HistoryIndex | None = services.history_index
     if turns is None:
         turns = services.history_index = HistoryIndex(services.store)
+    found.priority = turns.priority  # one order of priority for both searches and both indexers
     if turns.embedder_settings != settings:  # the same embedder (and model thread) as the memory files'
         turns.set_embedder(found.index.embedder)
         turns.embedder_settings = settings
@@ -111,8 +112,11 @@ async def wait_indexed(services: Services) -> None:
 @hookimpl
 async def stopping(services) -> None:
     """At a stop, after the last summaries: what they wrote is indexed before the database closes; the turn
-    indexer stops (what it has not embedded yet waits for the next start)."""
+    indexer and the background embedding of memory passages stop (what they have not embedded yet waits for
+    the next start)."""
     await wait_indexed(services)
+    if services.memory_search is not None:
+        await services.memory_search.stop()
     if services.history_index is not None:
         await services.history_index.stop()
 

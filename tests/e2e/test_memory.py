@@ -125,3 +125,68 @@ def test_history_search_finds_by_meaning_a_turn_that_shares_no_word_and_not_when
         else:
             assert found == "No messages in this conversation's history match 'what is my job?'."
             assert "history index" not in proc.log()
+
+
+def seed_backlog(db_path, session_id: str, exchanges: int) -> int:
+    """Store ``exchanges`` user messages with answers in another chat before the bot starts (the bot then has
+    them all to embed); returns the messages stored."""
+    import asyncio
+
+    from core.records import SessionInfo
+    from store.conversations import ConversationStore
+
+    async def fill() -> int:
+        store = ConversationStore(f"sqlite:///{db_path}")
+        await store.open()
+        try:
+            await store.ensure_session(SessionInfo(session_id, "telegram", session_id.split(":")[1], "9", True))
+            for start in range(0, exchanges, 250):
+                await store.append(session_id, [
+                    m for i in range(start, min(start + 250, exchanges))
+                    for m in ({"role": "user", "content": f"Bob: day {i} of the harbour repairs, the crane moved "
+                                                          f"{i % 17} containers of timber and steel"},
+                              {"role": "assistant", "content": f"Noted the crane's work on day {i}."})])
+        finally:
+            await store.close()
+        return 2 * exchanges
+
+    return asyncio.run(fill())
+
+
+def test_a_search_during_an_indexing_backlog_answers_from_the_words_within_the_turn(tmp_path):
+    """Default settings (the local embedding model), 3,000 stored messages of another chat not embedded yet:
+    the first reply wakes the indexer, which starts on that backlog (oldest first). A history_search right
+    after finds the message stored a moment ago by its words, and a memory_search answers too, both within
+    their turn (no "still working" note), while the backlog is still being embedded."""
+    import sqlite3
+
+    from dispatcher.replies import STILL_WORKING_REPLY
+
+    db = tmp_path / "data" / "chatbot.db"
+    db.parent.mkdir()
+    stored = seed_backlog(db, "telegram:-5300", 1500)
+    with FakeTelegramAPI(username="fake_test_bot") as api, FakeOpenAIServer() as llm:
+        proc = BotProcess(tmp_path, channel_type="telegram", telegram_bot_token=api.token,
+                          telegram_base_url=api.base_url, telegram_rate_limit=False,
+                          open_ai_api_base=llm.base_url, open_ai_api_key="test", data_dir="data").start()
+        try:
+            chat = 5301
+            llm.enqueue_stream("Noted.")
+            api.push_text(chat, "I keep the spare key under the blue flowerpot", user_id=chat, first_name="Alice")
+            wait_reply(api, chat, "Noted.")
+            found = ask(api, llm, chat, "where is my spare key?", "history_search",
+                        '{"query": "spare key flowerpot"}', "Under the pot.")
+            notes = ask(api, llm, chat, "anything saved about keys?", "memory_search", '{"query": "spare key"}',
+                        "Nothing saved.")
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                embedded = conn.execute("SELECT count(*) FROM message_vectors").fetchone()[0]
+                mine = conn.execute("SELECT count(*) FROM message_vectors WHERE session_id = ?",
+                                    (f"telegram:{chat}",)).fetchone()[0]
+        finally:
+            assert proc.stop() == 0
+        texts = api.chat_texts(chat)
+    assert embedded < stored and mine == 0  # the backlog was still being embedded: the words found it
+    assert found.splitlines()[0].endswith("user: I keep the spare key under the blue flowerpot")
+    assert notes == "No memory matches for 'spare key'."
+    assert STILL_WORKING_REPLY not in texts
+    assert "Traceback" not in proc.log()

@@ -179,9 +179,9 @@ async def test_local_embedding_runs_on_its_own_worker_not_the_shared_pool() -> N
     embedder = LocalEmbedder()
     original = embedder.embed_sync
 
-    def recording(texts: list[str]) -> np.ndarray:
+    def recording(texts: list[str], question: bool = False) -> np.ndarray:
         names.append(threading.current_thread().name)
-        return original(texts)
+        return original(texts, question)
 
     embedder.embed_sync = recording  # type: ignore[method-assign]
     # many batches queued at once leave asyncio's pool free for the replies' thread work

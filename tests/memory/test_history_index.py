@@ -12,7 +12,7 @@ import pytest
 from memory import history_index as hi
 from memory.embeddings import BaseEmbedder, normalise, quantise
 from memory.forget import delete_session_history
-from memory.history_index import HistoryIndex, SessionVectors, embed_text
+from memory.history_index import HistoryIndex, SessionVectors, embed_texts
 from store import message_vectors as mv
 from store.conversations import ConversationStore, SessionInfo
 
@@ -84,21 +84,34 @@ async def vector_rows(store: ConversationStore, session_id: str) -> list[tuple[i
     return [(seq, scale, len(vector)) for seq, scale, vector in rows]
 
 
-async def test_user_and_assistant_text_is_embedded_with_the_turn_before_not_tool_output(store) -> None:
+async def test_one_vector_per_exchange_and_none_for_filler_or_tool_output(store) -> None:
     await seed(store)
     model = TopicEmbedder()
     index = HistoryIndex(store, model)
     assert await index.catch_up() == 8  # 6 in A (the tool result is not picked), 2 in B
     assert await index.catch_up() == 0  # nothing twice
-    assert model.texts[:2] == ["I work as a nurse at the city hospital",
-                               "I work as a nurse at the city hospital\nThat sounds demanding."]
-    assert "The page is about pets." in model.texts[2]  # after the tool call, with the turn before it
-    assert not any("a page about cats" in t for t in model.texts)  # tool output is never embedded
+    assert model.texts == ["I work as a nurse at the city hospital\nThat sounds demanding.",  # with its answer
+                           "The page is about pets.",  # after the tool call: answers no question
+                           "My cat is called Tom",  # its answer, "ok", says nothing
+                           "Next month I fly to Lisbon\nHave a good flight!"]
     rows = await vector_rows(store, A)
-    # seq 3, the tool call without text, has a row with an empty vector: it is not picked again
-    assert [(seq, length) for seq, _, length in rows] == [(1, 8), (2, 8), (3, 0), (5, 8), (6, 8), (7, 8)]
-    assert all(scale > 0 for seq, scale, _ in rows if seq != 3)
+    # the answers' rows (2, 7) and the tool call without text (3) have empty vectors: not picked again
+    assert [(seq, length) for seq, _, length in rows] == [(1, 8), (2, 0), (3, 0), (5, 8), (6, 8), (7, 0)]
+    assert all(scale > 0 for seq, scale, length in rows if length)
     assert await store.run(mv.count) == 8
+
+
+async def test_an_answer_stored_after_its_question_was_embedded_gets_its_own_vector(store) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    await index.catch_up()
+    await store.append(A, [user("ok thanks!"), user("Where do I work again?")])  # no answer yet
+    model = index.embedder = TopicEmbedder()
+    assert await index.catch_up() == 2
+    assert model.texts == ["Where do I work again?"]  # "ok thanks!" has no content word: not embedded
+    await store.append(A, [assistant("At the city hospital, as a nurse.")])
+    assert await index.catch_up() == 1
+    assert model.texts[1:] == ["Where do I work again?\nAt the city hospital, as a nurse."]
 
 
 async def test_a_new_indexer_catches_up_on_what_was_stored_while_it_was_down(store) -> None:
@@ -107,7 +120,7 @@ async def test_a_new_indexer_catches_up_on_what_was_stored_while_it_was_down(sto
     await store.append(A, [user("My dog is Rex"), assistant("Hi Rex!")])
     later = TopicEmbedder()  # a restart: a new process, nothing queued in memory
     assert await HistoryIndex(store, later).catch_up() == 2
-    assert later.texts == ["Have a good flight!\nMy dog is Rex", "My dog is Rex\nHi Rex!"]
+    assert later.texts == ["My dog is Rex\nHi Rex!"]
 
 
 async def test_meaning_finds_what_words_miss_and_words_still_count(store) -> None:
@@ -223,7 +236,8 @@ async def test_the_indexer_runs_in_the_background_and_a_reply_wakes_it(store, mo
     assert off._task is None
 
 
-def test_int8_vectors_rank_as_float_ones() -> None:
+def test_int8_vectors_rank_as_float_ones(monkeypatch) -> None:
+    monkeypatch.setattr(hi, "NEIGHBOUR_WEIGHT", 0.0)  # each row alone, as the float ranking below
     rng = np.random.default_rng(7)
     vectors = normalise(rng.normal(size=(500, 384)))
     query = normalise(vectors[42] + 0.3 * rng.normal(size=384))[0]
@@ -239,13 +253,28 @@ def test_int8_vectors_rank_as_float_ones() -> None:
     assert held.nbytes >= 500 * 384
 
 
-def test_embed_text_caps_the_message_and_its_context() -> None:
-    long = "x" * 5000
-    message = mv.PendingMessage(1, A, 2, "assistant", {"role": "assistant", "content": long},
-                                {"role": "user", "content": "y" * 900})
-    text = embed_text(message)
-    assert text == "y" * hi.CONTEXT_CHARS + "\n" + "x" * hi.EMBED_CHARS
-    assert embed_text(mv.PendingMessage(1, A, 1, "assistant", {"role": "assistant", "content": None})) == ""
+def test_an_exchange_is_ranked_with_its_neighbours() -> None:
+    """Rows 2 and 6 are equally near the query; row 3, next to 2, is nearer: 2 ranks before 6."""
+    vectors = np.array([[0, 1, 0], [0.6, 0.8, 0], [0.7, 0, 0.714], [0, 1, 0], [0, 1, 0], [0.6, 0.8, 0], [0, 1, 0]],
+                       dtype=np.float32)
+    q8, scales = quantise(vectors)
+    held = SessionVectors(3)
+    held.extend(mv.VectorRows(list(range(1, 8)), list(range(1, 8)), scales.tolist(), [row.tobytes() for row in q8]))
+    assert held.ranking(np.array([1, 0, 0], dtype=np.float32), None, 7)[:3] == [3, 2, 6]
+
+
+def test_embed_texts_caps_the_message_and_its_answer() -> None:
+    long, answer = "x" * 5000, mv.Neighbour(2, 2, "assistant", {"role": "assistant", "content": "y" * 900})
+    message = mv.PendingMessage(1, A, 1, "user", {"role": "user", "content": long}, next=answer)
+    (first, text), (second, empty) = embed_texts([message])
+    assert (first.id, text) == (1, "x" * hi.EMBED_CHARS + "\n" + "y" * hi.CONTEXT_CHARS)
+    assert (second.id, second.seq, empty) == (2, 2, "")
+    done = mv.Neighbour(2, 2, "assistant", {"role": "assistant", "content": "y"}, indexed=True)
+    assert embed_texts([mv.PendingMessage(1, A, 1, "user", "hello there friend", next=done)]) == [
+        (mv.PendingMessage(1, A, 1, "user", "hello there friend", next=done), "hello there friend")]
+    assert embed_texts([mv.PendingMessage(1, A, 1, "assistant", {"role": "assistant", "content": None})])[0][1] == ""
+    assert [hi.has_content(t) for t in ("ok, noted. [1a2b3c4d]", "👍 thanks!!", "42", "猫", "Paris")] == [
+        False, False, False, True, True]
 
 
 async def test_the_cache_keeps_sessions_within_its_bytes(store, monkeypatch) -> None:

@@ -119,17 +119,19 @@ async def test_a_change_of_model_embeds_the_stored_passages_again(store, tmp_pat
     new.name, new.dim = "hash-new", 6
     monkeypatch.setattr(search_module, "REFRESH_BATCH", 3)
     search = MemorySearch(MemoryIndex(store, new, memory))
-    await search.search(A, "alpha")
-    assert await search.index.models(A) == {"hash-new": 3, "": 1}  # one batch per search
     assert await search.search(A, "alpha", semantic=False)  # keywords only: nothing embedded
-    assert await search.index.models(A) == {"hash-new": 3, "": 1}
-    hits = await search.search(A, "delta")
+    await search.refreshed()
+    assert await search.index.models(A) == {"hash-8": 3, "": 1}
+    # the words answer at once; the passages are embedded again in the background, a batch at a time
+    assert [h.text for h in await search.search(A, "alpha")] == ["alpha beta"]
+    await search.refreshed(A)
     assert await search.index.models(A) == {"hash-new": 4}
+    hits = await search.search(A, "delta")
     corpus = await search.corpus(A)
     assert len(corpus.vector_rows) == 4 and corpus.vectors.shape == (4, 6)
     assert hits[0].text == "delta"
-    # the stored texts, oldest first, then each query
-    assert new.calls == [["alpha beta", "gamma", "delta"], ["alpha"], ["stored without a vector"], ["delta"]]
+    # the stored texts, oldest first, then the query that found vectors of the new model
+    assert new.calls == [["alpha beta", "gamma", "delta"], ["stored without a vector"], ["delta"]]
 
 
 async def test_a_failing_new_model_keeps_the_old_vectors_and_is_not_retried(store, tmp_path: Path) -> None:
@@ -139,7 +141,9 @@ async def test_a_failing_new_model_keeps_the_old_vectors_and_is_not_retried(stor
     new.name, new.fail = "hash-new", True
     search = MemorySearch(MemoryIndex(store, new, memory))
     assert [h.text for h in await search.search(A, "alpha")] == ["alpha beta"]
+    await search.refreshed()
     assert [h.text for h in await search.search(A, "alpha")] == ["alpha beta"]
+    await search.refreshed()
     assert await search.index.models(A) == {"hash-8": 1}
     assert new.calls == [["alpha beta"]]  # tried once; with no vector of the new model no query is embedded
 async def test_a_file_changed_outside_the_bot_is_searched_as_it_is_now(store, tmp_path: Path) -> None:
@@ -160,7 +164,21 @@ async def test_a_file_changed_outside_the_bot_is_searched_as_it_is_now(store, tm
     assert [h.text for h in found] == ["The spare key is under the blue flowerpot."]
     assert [h.text for h in await search.search(A, "boiler", semantic=False)] == ["The boiler is broken again."]
     assert await search.search(A, "van", semantic=False) == []
-    texts = [t for call in embedder.calls[embedded:] for t in call if t not in ("spare key", "boiler", "van")]
+    await search.search(A, "key")  # new passages are embedded after a search, in the background
+    await search.refreshed()
+    texts = [t for call in embedder.calls[embedded:] for t in call if t not in ("spare key", "boiler", "van", "key")]
     # only the new passages are embedded, not the unchanged ones
     assert sorted(texts) == ["The boiler is broken again.", "The spare key is under the blue flowerpot."]
     assert await search.index.sync(A) == 0  # nothing changed since
+
+
+async def test_a_stop_cancels_the_background_embedding(store, tmp_path: Path) -> None:
+    memory = DailyMemory(tmp_path, UTC)
+    await add(MemoryIndex(store, None, memory), A, "note", "- stored without a vector", "MEMORY.md")
+    embedder = HashEmbedder()
+    search = MemorySearch(MemoryIndex(store, embedder, memory))
+    async with search.priority.searching():  # a search runs: the background embedding waits for its turn
+        assert [h.text for h in await search.search(A, "stored")] == ["stored without a vector"]
+        await search.stop()
+    await search.refreshed()
+    assert await search.index.models(A) == {"": 1} and embedder.calls == []
