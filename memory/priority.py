@@ -50,4 +50,5 @@ class SearchFirst:
         """An indexer's turn: once no search runs (or after ``limit`` seconds)."""
         if self.searches:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event().wait(), limit)
+                async with asyncio.timeout(limit):
+                    await self._event().wait()

@@ -23,7 +23,11 @@ def top(scores: np.ndarray, limit: int, above: float) -> list[int]:
 def fuse(*rankings: list[int], k: int = RRF_K) -> list[tuple[int, float]]:
     """Reciprocal rank fusion: ``(item, score)`` best first; ties keep the earlier-listed ranking's order."""
     scores: dict[int, float] = {}
-    for ranking in rankings:
+    first: dict[int, tuple[int, int]] = {}  # where an item was first listed: (which ranking, its rank there)
+    for which, ranking in enumerate(rankings):
         for rank, item in enumerate(ranking, start=1):
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+            first.setdefault(item, (rank, which))
+    # On a tie the better rank wins, then the earlier-listed ranking: the keyword ranking comes first, so a passage
+    # the words find (one stored a moment ago, not embedded yet) is not put behind one only the vectors find.
+    return sorted(scores.items(), key=lambda item: (-item[1], first[item[0]]))

@@ -35,6 +35,8 @@ def test_fuse_is_reciprocal_rank_fusion() -> None:
     assert [pos for pos, _ in fused] == [1, 3, 2]
     assert fused[0][1] == 1 / 62 + 1 / 61
     assert fuse() == []
+    # a tie goes to the earlier-listed ranking (keywords before vectors), not to the older passage
+    assert [pos for pos, _ in fuse([7], [2])] == [7, 2]
 
 
 async def test_keyword_search_when_semantic_is_off(store, tmp_path: Path) -> None:
