@@ -150,6 +150,9 @@ class Config(BaseModel):
     usage_cap_group_daily_tokens: int = Field(0, ge=0)
     usage_cap_daily_tokens: int = Field(0, ge=0)
     usage_fallback_model: str = ""
+    knowledge_max_mb: int = Field(50, ge=1)
+    knowledge_max_pages: int = Field(2000, ge=1)
+    knowledge_auto: bool = False
 
     @field_validator("timezone")
     @classmethod
@@ -290,6 +293,11 @@ KEY_HELP: dict[str, str] = {
     "usage_cap_daily_tokens": "Tokens the whole bot may use per day; 0 means no cap.",
     "usage_fallback_model": ("When a cap is reached, answer with this (cheaper) model instead of refusing; \"\" means "
                              "refuse."),
+    "knowledge_max_mb": "The largest document, in MB, the knowledge base takes (/kb add, the console, the folder).",
+    "knowledge_max_pages": "The most pages a document of the knowledge base may have (a PDF's pages; about 3,000 "
+                           "characters a page for the others).",
+    "knowledge_auto": ("Put the best knowledge base passages for the user's message in the turn without a tool call "
+                       "(for models that use tools poorly)."),
 }
 
 

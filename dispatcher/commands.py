@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from config.settings import ConfigHolder
     from core.llm import BaseLLM
     from dispatcher.admins import Admins
+    from knowledge.base import KnowledgeBase
     from memory.daily import DailyMemory
     from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
@@ -207,3 +208,5 @@ class Services:
     history_index: HistoryIndex | None = None
     #: the web console this process serves, once started (None when it is off or another process serves it)
     console: ConsoleLinks | None = None
+    #: the knowledge base (DESIGN §14), made by the ``knowledge`` plugin (None while it is off)
+    knowledge: KnowledgeBase | None = None
