@@ -145,6 +145,14 @@ async def kb_command(request: CommandRequest) -> str:
     return await grant_text(kb, msg, sub, rest)
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _size(doc: Any) -> str:
+    return _n(doc.pages, "page" if doc.kind == "pdf" else "section")
+
+
 def _default_scope(msg: IncomingMessage) -> str:
     return own_scope(msg.channel, msg.chat_id, msg.is_group) or GLOBAL
 
@@ -158,9 +166,7 @@ async def list_text(kb: KnowledgeBase, msg: IncomingMessage) -> str:
         return f"{head}\nNo documents yet. An admin adds one by sending it with the caption /kb add."
     lines = [head, f"{len(docs)} document{'s' if len(docs) != 1 else ''}:"]
     for d in docs:
-        size = f"{d.pages} page{'s' if d.pages != 1 else ''}" if d.kind == "pdf" else \
-            f"{d.pages} section{'s' if d.pages != 1 else ''}"
-        lines.append(f"- {d.name} ({d.scope}): {size}, {d.chunks} chunks, added by {d.added_by}, "
+        lines.append(f"- {d.name} ({d.scope}): {_size(d)}, {_n(d.chunks, 'chunk')}, added by {d.added_by}, "
                      f"{d.added_at:%Y-%m-%d %H:%M} UTC")
     return "\n".join(lines)
 
@@ -209,11 +215,9 @@ async def add_text(kb: KnowledgeBase, request: CommandRequest, arg: str) -> str:
         return f"{exc}."
     doc = added.document
     if added.unchanged:
-        return f"{doc.name} is already in {doc.scope}, unchanged ({doc.pages} pages, {doc.chunks} chunks)."
-    pages = f"{doc.pages} page{'s' if doc.pages != 1 else ''}" if doc.kind == "pdf" else \
-        f"{doc.pages} section{'s' if doc.pages != 1 else ''}"
+        return f"{doc.name} is already in {doc.scope}, unchanged ({_size(doc)}, {_n(doc.chunks, 'chunk')})."
     verb = "Replaced" if added.replaced else "Added"
-    return f"{verb} {doc.name} in {doc.scope}: {pages}, {doc.chunks} chunks indexed."
+    return f"{verb} {doc.name} in {doc.scope}: {_size(doc)}, {_n(doc.chunks, 'chunk')} indexed."
 
 
 async def remove_text(kb: KnowledgeBase, msg: IncomingMessage, name: str) -> str:
@@ -233,7 +237,7 @@ async def remove_text(kb: KnowledgeBase, msg: IncomingMessage, name: str) -> str
     doc = await kb.remove(docs[0].scope, docs[0].name)
     if doc is None:
         return f"{name} was removed meanwhile."
-    return f"Removed {doc.name} from {doc.scope} ({doc.chunks} chunks)."
+    return f"Removed {doc.name} from {doc.scope} ({_n(doc.chunks, 'chunk')})."
 
 
 async def grant_text(kb: KnowledgeBase, msg: IncomingMessage, sub: str, scope: str) -> str:
