@@ -94,7 +94,7 @@ def test_add_ask_isolate_remove_and_refuse(tmp_path):
                        "document": {**doc, "file_name": "handbook.md", "mime_type": "text/markdown"}}
             api.push_text(GROUP, "/kb add handbook", user_id=ADMIN, reply_to_message=replied, **group)
             assert wait_chat(api, GROUP, lambda t: len(t) == 7)[6] == "Added handbook.md in handbook: 1 section, " \
-                                                                      "1 chunks indexed."
+                                                                      "1 chunk indexed."
             api.push_text(GROUP, "/kb use handbook", user_id=ADMIN, **group)
             assert wait_chat(api, GROUP, lambda t: len(t) == 8)[7] == "This chat now searches handbook too."
 
