@@ -49,7 +49,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 NAV = [("/", "Status"), ("/conversations", "Conversations"), ("/memory", "Memory"), ("/config", "Config"),
-       ("/logs", "Logs"), ("/usage", "Usage"), ("/reminders", "Reminders"), ("/weixin", "WeChat login")]
+       ("/logs", "Logs"), ("/usage", "Usage"), ("/reminders", "Reminders"), ("/knowledge", "Knowledge"),
+       ("/weixin", "WeChat login")]
 
 
 class WebConsole:

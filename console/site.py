@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from console import config_page, conversations, logs, memory_page, pages, usage_page
+from console import config_page, conversations, knowledge_page, logs, memory_page, pages, usage_page
 from console.server import WebConsole
 
 if TYPE_CHECKING:
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("console.server")  # its lines read as the server's, as before this module
 #: every page module's routes, in the order they are added
-PAGES = tuple(m.add_routes for m in (pages, conversations, memory_page, config_page, logs, usage_page))
+PAGES = tuple(m.add_routes for m in (pages, conversations, memory_page, config_page, logs, usage_page,
+                                     knowledge_page))
 
 
 def web_console(services: Services, channel_failures: dict[str, str] | None = None, *,

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from knowledge.parse import Block, Parsed
 
-#: The longest chunk, in characters.
-CHUNK_CHARS = 1200
+#: The longest chunk, in characters: the local model's cost grows faster than a text's length (bench/knowledge.py),
+#: and a short passage is a precise citation and a small share of the turn's budget.
+CHUNK_CHARS = 800
 #: Characters of the previous chunk repeated at the start of the next one.
-OVERLAP_CHARS = 200
+OVERLAP_CHARS = 160
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？;；:])\s+|(?<=[。！？；])")
 
 
