@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from pathlib import Path
 
 import watchfiles
@@ -34,7 +35,8 @@ class KnowledgeFolder:
         self.root = root
         self.debounce_ms = debounce_ms
         self._task: asyncio.Task | None = None
-        self._stop: asyncio.Event | None = None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
         #: set once the first scan is done and the watch has started (tests)
         self.ready = asyncio.Event()
         #: (scope, name) -> the last refusal logged, so a file is not reported again until it changes
@@ -96,43 +98,62 @@ class KnowledgeFolder:
             if doc.added_by == FOLDER and (doc.scope, doc.name) not in files:
                 await self.kb.remove(doc.scope, doc.name)
 
-    async def start(self) -> None:
-        """Scan, then watch in the background."""
+    def begin(self) -> None:
+        """Scan, then watch, in a background task created now (so a stop right after it stops it)."""
         if self._task is not None:
             return
-        self._stop = asyncio.Event()
+        self._stop = threading.Event()
         self._task = asyncio.create_task(self._run(), name="knowledge-folder")
 
+    async def start(self) -> None:
+        """:meth:`begin`, from a coroutine."""
+        self.begin()
+
     async def stop(self) -> None:
-        """Stop watching."""
-        if self._task is None:
+        """Stop watching (the watching thread ends within a second)."""
+        task, self._task = self._task, None
+        if task is None:
             return
         assert self._stop is not None
         self._stop.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 5)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, changes: asyncio.Queue) -> None:
+        """The watching thread: ``watchfiles.watch`` (its Rust watcher), each batch handed to the loop. Not
+        ``awatch``: its AnyIO worker thread and task group would share the bot's event loop and its tasks'
+        cancellation for as long as the bot runs."""
+        assert self._stop is not None
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=3)
-        except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._task = None
+            for batch in watchfiles.watch(self.root, debounce=self.debounce_ms, step=50, stop_event=self._stop,
+                                          rust_timeout=1000, yield_on_timeout=True, recursive=True,
+                                          raise_interrupt=False):
+                loop.call_soon_threadsafe(changes.put_nowait, batch)
+        except Exception:  # noqa: BLE001 - e.g. the folder vanished; the bot keeps running
+            logger.exception("knowledge folder: cannot watch %s any more", self.root)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(changes.put_nowait, None)
 
     async def _run(self) -> None:
         try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True, mode=0o700)
             await self.scan()
         except Exception:  # noqa: BLE001 - the bot runs on without the folder
             logger.exception("knowledge folder: the first scan of %s failed", self.root)
-        assert self._stop is not None
+        changes: asyncio.Queue = asyncio.Queue()
+        self._thread = threading.Thread(target=self._watch, args=(asyncio.get_running_loop(), changes),
+                                        name="knowledge-folder", daemon=True)
+        self._thread.start()
         try:
-            async for changes in watchfiles.awatch(self.root, debounce=self.debounce_ms, step=50,
-                                                   stop_event=self._stop, rust_timeout=1000,
-                                                   yield_on_timeout=True, recursive=True):
+            while (batch := await changes.get()) is not None:
                 self.ready.set()
-                for change, changed in sorted(changes, key=lambda c: c[1]):
+                for change, changed in sorted(batch, key=lambda c: c[1]):
                     await self._changed(change, Path(changed))
-        except Exception:  # noqa: BLE001 - e.g. the folder vanished; the bot keeps running
-            logger.exception("knowledge folder: cannot watch %s any more", self.root)
         finally:
             self.ready.set()
 

@@ -104,9 +104,7 @@ def register_tools(register, services) -> None:
     except RuntimeError:
         return
     folder = _FOLDERS[id(services)] = KnowledgeFolder(kb, services.config().data_path() / "knowledge")
-    task = asyncio.ensure_future(folder.start())
-    task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                           or logger.error("knowledge folder: not started", exc_info=t.exception()))
+    folder.begin()  # its task exists before this returns: a stop at any time after stops it
 
 
 @hookimpl

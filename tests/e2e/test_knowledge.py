@@ -116,3 +116,29 @@ def test_add_ask_isolate_remove_and_refuse(tmp_path):
             assert bot.stop() == 0
         assert documents(tmp_path) == [("handbook", "handbook.md", 1, 1, "telegram:7")]
         assert "Traceback" not in bot.log()
+
+
+def test_knowledge_auto_puts_the_best_passages_in_the_turn_only(tmp_path):
+    with FakeTelegramAPI() as api, FakeOpenAIServer() as llm:
+        bot = BotProcess(tmp_path, **settings(api, llm, admin_users=[f"telegram:{ADMIN}"], knowledge_auto=True)).start()
+        try:
+            api.push_document(ADMIN, make_pdf(MANUAL), user_id=ADMIN, file_name="zephyr.pdf", caption="/kb add")
+            assert wait_chat(api, ADMIN, lambda t: len(t) == 1, timeout=60) == [
+                "Added zephyr.pdf in global: 4 pages, 4 chunks indexed."]
+            llm.enqueue_text("Two years: 24 months [zephyr.pdf, p. 3].")
+            api.push_text(ADMIN, "how long is the warranty?", user_id=ADMIN)
+            wait_chat(api, ADMIN, lambda t: len(t) == 2)
+            user = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"][-1]
+            assert user.startswith("[Passages from the knowledge base")
+            assert "[zephyr.pdf, p. 3] Warranty. The Zephyr kettle is covered for 24 months" in user
+            assert user.endswith("how long is the warranty?")
+            # a chat without documents of its own still has global's; the passages are in the request only
+            with sqlite3.connect(tmp_path / "data" / "chatbot.db") as db:
+                stored = [json.loads(r[0]) for r in db.execute(
+                    "SELECT content FROM messages WHERE session_id = ? AND content LIKE '%user%'",
+                    (f"telegram:{ADMIN}",))]
+            assert {"role": "user", "content": "how long is the warranty?"} in stored
+            assert not any("Passages from the knowledge base" in json.dumps(m) for m in stored)
+        finally:
+            assert bot.stop() == 0
+        assert "Traceback" not in bot.log()
