@@ -132,6 +132,8 @@ class KnowledgeFolder:
             for batch in watchfiles.watch(self.root, debounce=self.debounce_ms, step=50, stop_event=self._stop,
                                           rust_timeout=1000, yield_on_timeout=True, recursive=True,
                                           raise_interrupt=False):
+                if loop.is_closed():  # the bot's loop ended without a stop: nobody reads the changes
+                    return
                 loop.call_soon_threadsafe(changes.put_nowait, batch)
         except Exception:  # noqa: BLE001 - e.g. the folder vanished; the bot keeps running
             logger.exception("knowledge folder: cannot watch %s any more", self.root)

@@ -33,7 +33,7 @@ wechat_hot_reload data_dir db_url conversation_max_age_days cleanup_hour timezon
 max_concurrent_turns plugins agent_max_output_tokens stream_replies group_context_messages memory_embedding_model
 memory_flush azure_api_version weixin_base_url web_console_port web_console_listen web_console_password
 model_max_parallel vision speech_to_text_model usage_cap_user_daily_tokens usage_cap_group_daily_tokens
-usage_cap_daily_tokens usage_fallback_model""".split()
+usage_cap_daily_tokens usage_fallback_model knowledge_max_mb knowledge_max_pages knowledge_auto""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -69,6 +69,7 @@ def test_defaults_cover_every_contract_key():
     assert cfg.speech_to_text_model == "whisper-1"
     assert (cfg.usage_cap_user_daily_tokens, cfg.usage_cap_group_daily_tokens, cfg.usage_cap_daily_tokens) == (0, 0, 0)
     assert cfg.usage_fallback_model == ""
+    assert (cfg.knowledge_max_mb, cfg.knowledge_max_pages, cfg.knowledge_auto) == (50, 2000, False)
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 
