@@ -178,3 +178,16 @@ async def test_folder_scan_and_watch(store: ConversationStore, tmp_path: Path) -
     (root / "global" / "manual.pdf").unlink()
     await KnowledgeFolder(kb, root).scan()
     assert await kb.documents() == []
+
+
+def test_auto_passages_fit_the_budget_best_first() -> None:
+    from agent.context import PASSAGES_HEADER, fit_passages
+    from agent.tokens import TokenCounters
+
+    counter = TokenCounters()("gpt-4o-mini")
+    best, long, short = "[a.pdf, p. 1] " + "word " * 20, "[b.md, § X] " + "word " * 400, "[c.md] tiny"
+    block, tokens = fit_passages([best, long, short], 120, counter)
+    assert block == "\n\n".join([PASSAGES_HEADER, best, short])  # the long one is left out, the order kept
+    assert 0 < tokens <= 120
+    assert fit_passages([long], 120, counter) == ("", 0)
+    assert fit_passages([best], 0, counter) == ("", 0)
