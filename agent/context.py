@@ -405,6 +405,39 @@ def fit_background(lines: list[str], max_tokens: int, counter: TokenCounter) -> 
     return "\n".join([BACKGROUND_HEADER, *reversed(kept)]), total
 
 
+#: The first line of the knowledge passages put in a turn with ``knowledge_auto`` (DESIGN §14).
+PASSAGES_HEADER = ("[Passages from the knowledge base that may answer this message; cite them as written, e.g. "
+                   "[name, p. 3]:]")
+
+
+def fit_passages(passages: list[str], max_tokens: int, counter: TokenCounter) -> tuple[str, int]:
+    """The knowledge block holding the best ``passages`` (best first) that fit in ``max_tokens``; ("", 0) when
+    none fits. A passage that does not fit is left out, the next (shorter) one may still go in."""
+    if not passages or max_tokens <= 0:
+        return "", 0
+    total = counter.count_text(PASSAGES_HEADER) + BACKGROUND_OVERHEAD_TOKENS
+    kept: list[str] = []
+    for passage in passages:
+        tokens = counter.count_text(passage) + 2
+        if total + tokens > max_tokens:
+            continue
+        kept.append(passage)
+        total += tokens
+    if not kept:
+        return "", 0
+    return "\n\n".join([PASSAGES_HEADER, *kept]), total
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a request message: its string content, or its text parts joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
 def _prefix_text(message: dict[str, Any], prefix: str) -> dict[str, Any]:
     """A copy of a user message with ``prefix`` before its text."""
     content = message.get("content")

@@ -29,7 +29,9 @@ from agent.context import (
     Budget,
     PrepareResult,
     fit_background,
+    fit_passages,
     history_budget,
+    message_text,
     overflow_trim,
     prepare_context,
     render_messages,
@@ -137,6 +139,23 @@ _TURN_MODEL: ContextVar[str | None] = ContextVar("turn_model", default=None)
 _DEADLINE: ContextVar[tuple[asyncio.Timeout, TurnResult] | None] = ContextVar("model_call_deadline", default=None)
 #: The running turn's images (agent/images.py): whether its photo is sent, and whether the server refused it.
 _IMAGES: ContextVar[ImageTurn | None] = ContextVar("turn_images", default=None)
+#: The running turn's knowledge base part (:class:`TurnKnowledge`): a system prompt section and passages.
+_KNOWLEDGE: ContextVar[TurnExtras | None] = ContextVar("turn_knowledge", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnExtras:
+    """What the knowledge base adds to a turn: a system prompt section (which scopes it may search, and to cite),
+    and with ``knowledge_auto`` the best passages for the user's message, best first."""
+
+    prompt: str = ""
+    passages: tuple[str, ...] = ()
+
+
+class TurnKnowledge(Protocol):
+    """The knowledge base as a turn sees it (knowledge/turn.py, set by the ``knowledge`` plugin)."""
+
+    async def for_turn(self, state: SessionState, text: str) -> TurnExtras: ...
 
 
 #: ``final(message, text) -> seq``: stores a turn's final answer ``message``, whose reply to the user is
@@ -200,6 +219,8 @@ class Agent:
         #: (the client, whether it streams, whether it has request slots): a runtime Protocol check walks the
         #: protocol's members each time, so it is made once per client
         self._abilities: tuple[object, bool, bool] | None = None
+        #: the knowledge base's part of each turn (DESIGN §14), or None without one
+        self.knowledge: TurnKnowledge | None = None
 
     # --- helpers -------------------------------------------------------------------------
     def _can(self) -> tuple[bool, bool]:
@@ -233,6 +254,9 @@ class Agent:
             if about:
                 prompt += ("\n\n# What the person you are talking with asked you to remember about them "
                            "(PERSON.md)\n" + about)
+        extras = _KNOWLEDGE.get()
+        if extras is not None and extras.prompt:
+            prompt += "\n\n" + extras.prompt
         return prompt
 
     def budget(self, state: SessionState, system_prompt: str) -> Budget:
@@ -351,9 +375,11 @@ class Agent:
         model = self.model()
         images = ImageTurn(send=self.vision.allows(model))
         image_token = _IMAGES.set(images)
+        knowledge_token = _KNOWLEDGE.set(await self._knowledge(state))
         try:
             result = await self._run_turn(state, final)
         finally:
+            _KNOWLEDGE.reset(knowledge_token)
             _TURN_MODEL.reset(model_token)
             _ANSWER_SINK.reset(token)
             _IMAGES.reset(image_token)
@@ -362,6 +388,18 @@ class Agent:
                             model=model, store=self.store, data_dir=self.config().data_path(),
                             vision=self.vision.allows(model))
         return result
+
+    async def _knowledge(self, state: SessionState) -> TurnExtras | None:
+        """The knowledge base's part of this turn; None without one, or when it fails (the turn goes on)."""
+        if self.knowledge is None:
+            return None
+        text = next((message_text(m.message) for m in reversed(state.messages)
+                     if m.message.get("role") == "user"), "")
+        try:
+            return await self.knowledge.for_turn(state, text)
+        except Exception:  # noqa: BLE001 - the answer does not depend on it
+            logger.exception("session %s: the knowledge base's part of the turn failed", state.session_id)
+            return None
 
     async def _run_turn(self, state: SessionState, final_answer: FinalAnswer | None = None) -> TurnResult:
         await state.wait_ready(self.first_reply_wait)
@@ -460,6 +498,14 @@ class Agent:
         # The group's background gets what the turns leave of the budget: it yields first (DESIGN §1.3).
         background, background_tokens = fit_background(state.background, budget.max_tokens - prepared.tokens,
                                                         self.counter(self.model()))
+        extras = _KNOWLEDGE.get()
+        if extras is not None and extras.passages:  # knowledge_auto: what is left of the budget, best first
+            passages, passage_tokens = fit_passages(list(extras.passages),
+                                                    budget.max_tokens - prepared.tokens - background_tokens,
+                                                    self.counter(self.model()))
+            if passages:
+                background = f"{passages}\n\n{background}" if background else passages
+                background_tokens += passage_tokens
         cap = self._answer_cap(state, system, prepared.tokens + background_tokens, tools)
         try:
             return await self._in_time(result, self._complete(

@@ -173,6 +173,9 @@ class Config(BaseModel):
     wecom_base_url: str = "https://qyapi.weixin.qq.com"
     web_chat_public: bool = False
     web_chat_rate_per_minute: int = Field(6, ge=1)
+    knowledge_max_mb: int = Field(50, ge=1)
+    knowledge_max_pages: int = Field(2000, ge=1)
+    knowledge_auto: bool = False
 
     @field_validator("mcp_servers", mode="before")
     @classmethod
@@ -342,6 +345,11 @@ KEY_HELP: dict[str, str] = {
     "wecom_base_url": "WeCom's API; another address for a private deployment or a test server.",
     "web_chat_public": "Also serve the web chat to anyone with the link at /chat/public, each visitor a session.",
     "web_chat_rate_per_minute": "Messages a minute one public web-chat visitor may send.",
+    "knowledge_max_mb": "The largest document, in MB, the knowledge base takes (/kb add, the console, the folder).",
+    "knowledge_max_pages": "The most pages a document of the knowledge base may have (a PDF's pages; about 3,000 "
+                           "characters a page for the others).",
+    "knowledge_auto": ("Put the best knowledge base passages for the user's message in the turn without a tool call "
+                       "(for models that use tools poorly)."),
 }
 
 

@@ -50,7 +50,7 @@ SECURITY_HEADERS = {
 }
 NAV = [("/", "Status"), ("/conversations", "Conversations"), ("/memory", "Memory"), ("/config", "Config"),
        ("/logs", "Logs"), ("/usage", "Usage"), ("/tools", "Tools"), ("/reminders", "Reminders"), ("/chat", "Chat"),
-       ("/weixin", "WeChat login")]
+       ("/knowledge", "Knowledge"), ("/weixin", "WeChat login")]
 
 
 class WebConsole:

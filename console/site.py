@@ -10,7 +10,17 @@ import logging
 from typing import TYPE_CHECKING
 
 from channels.web.channel import WebChannel
-from console import chat_page, config_page, conversations, logs, memory_page, pages, tools_page, usage_page
+from console import (
+    chat_page,
+    config_page,
+    conversations,
+    knowledge_page,
+    logs,
+    memory_page,
+    pages,
+    tools_page,
+    usage_page,
+)
 from console.server import WebConsole
 
 if TYPE_CHECKING:
@@ -21,7 +31,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("console.server")  # its lines read as the server's, as before this module
 #: every page module's routes, in the order they are added
 PAGES = tuple(m.add_routes for m in (pages, conversations, memory_page, config_page, logs, usage_page,
-                                                tools_page, chat_page))
+                                                tools_page, chat_page, knowledge_page))
 
 
 def web_console(services: Services, channel_failures: dict[str, str] | None = None, *,

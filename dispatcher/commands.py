@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from config.settings import ConfigHolder
     from core.llm import BaseLLM
     from dispatcher.admins import Admins
+    from knowledge.base import KnowledgeBase
     from mcp_tools.manager import McpManager
     from memory.daily import DailyMemory
     from memory.history_index import HistoryIndex
@@ -210,3 +211,5 @@ class Services:
     console: ConsoleLinks | None = None
     #: the MCP servers of ``mcp_servers`` and their tools (DESIGN §13); None in tests that run without them
     mcp: McpManager | None = None
+    #: the knowledge base (DESIGN §14), made by the ``knowledge`` plugin (None while it is off)
+    knowledge: KnowledgeBase | None = None

@@ -114,7 +114,8 @@ def evaluate(msg: IncomingMessage, cfg: Config, bot_username: str, *, accepted: 
             return _ignored("it comes from a bot")
         if msg.is_group and not group_allowed(msg, cfg.group_name_white_list):
             return _ignored("its group is not in group_name_white_list")
-    command = parse_command(msg.text) if msg.content_type == "text" else None
+    # a document's caption may be a command (``/kb add``, DESIGN §1.4)
+    command = parse_command(msg.text) if msg.content_type in ("text", "document") else None
     if command is not None:
         if not accepted and command.mention and bot_username and command.mention.lower() != bot_username.lower():
             return _ignored(f"the command is addressed to @{command.mention}, not to this bot")

@@ -50,7 +50,7 @@ PLUGINS_DIR = Path(__file__).resolve().parent
 ENTRY_POINT_GROUP = PROJECT
 #: The built-in plugins, in load order (modules of ``plugins.builtin``).
 BUILTIN_PLUGINS = ("commands", "admin", "tools", "memory_index", "memory_commands", "person", "export",
-                   "usage", "reminders", "mcp_tools")
+                   "usage", "reminders", "mcp_tools", "knowledge")
 #: Names under ``plugins/`` that are not plugins.
 RESERVED_NAMES = frozenset({"manager", "hookspecs", "builtin", "__init__", "__main__"})
 COMMAND_FAILED_REPLY = "Sorry, /{command} failed. The error has been logged."

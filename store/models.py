@@ -309,3 +309,63 @@ class SharedValueRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# --- knowledge base (issue 46) ---------------------------------------------------------------------------
+class KnowledgeDocumentRow(Base):
+    """One document of the knowledge base (DESIGN §1.7, §14): unique by scope and name."""
+
+    __tablename__ = "knowledge_documents"
+    __table_args__ = (UniqueConstraint("scope", "name", name="uq_knowledge_documents_scope_name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: "global", a group's own scope ("<channel>-group-<chat id>") or a named scope
+    scope: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    #: of the file's bytes: a file sent again unchanged is not indexed again
+    sha256: Mapped[str] = mapped_column(String(64))
+    #: "pdf", "docx", "md", "html" or "txt"
+    kind: Mapped[str] = mapped_column(String(8))
+    #: pages of a PDF; sections (headings) of the other kinds
+    pages: Mapped[int] = mapped_column(Integer, default=0)
+    chunks: Mapped[int] = mapped_column(Integer, default=0)
+    #: "<channel>:<user id>", "console" or "folder"
+    added_by: Mapped[str] = mapped_column(String(255))
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class KnowledgeChunkRow(Base):
+    """One passage of a document with its page (PDF) or section heading, and its int8 vector."""
+
+    __tablename__ = "knowledge_chunks"
+    __table_args__ = (Index("ix_knowledge_chunks_scope", "scope", "id"),
+                      Index("ix_knowledge_chunks_document", "document_id", "seq"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(BigId, ForeignKey("knowledge_documents.id", ondelete="CASCADE"))
+    #: the document's scope, repeated so a search reads the chunks of its scopes without a join
+    scope: Mapped[str] = mapped_column(String(255))
+    #: the chunk's place in its document
+    seq: Mapped[int] = mapped_column(Integer)
+    #: the PDF page (1-based); null for the other kinds
+    page: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: the heading the chunk is under ("" when none)
+    section: Mapped[str] = mapped_column(String(500), default="")
+    text: Mapped[str] = mapped_column(Text)
+    #: the embedding model's name ("" without a vector)
+    model: Mapped[str] = mapped_column(String(255), default="")
+    #: the int8 vector's scale (the float vector is ``vector * scale``); 0 without a vector
+    scale: Mapped[float] = mapped_column(Float, default=0.0)
+    vector: Mapped[bytes] = mapped_column(LargeBinary, default=b"")
+
+
+class KnowledgeGrantRow(Base):
+    """A named scope an admin let one chat search (``/kb use``)."""
+
+    __tablename__ = "knowledge_grants"
+
+    #: "<channel>:<chat id>"
+    chat: Mapped[str] = mapped_column(String(255), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(255), primary_key=True)
+    granted_by: Mapped[str] = mapped_column(String(255), default="")
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

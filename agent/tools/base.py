@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # tools stay importable on their own
     from config.settings import Config
     from core.messages import IncomingMessage
     from core.records import SessionInfo
+    from knowledge.base import KnowledgeBase
     from memory.daily import DailyMemory
     from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
@@ -66,6 +67,9 @@ class ToolServices(Protocol):
 
     @property
     def history_index(self) -> HistoryIndex | None: ...
+
+    @property
+    def knowledge(self) -> KnowledgeBase | None: ...
 
 
 @dataclass(frozen=True, slots=True)

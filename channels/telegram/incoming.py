@@ -121,7 +121,19 @@ def media_reference(message: Message, content_type: str) -> dict[str, Any]:
         return {"file_id": best.file_id, "file_size": best.file_size or 0}
     if content_type == "voice" and message.voice is not None:
         return {"file_id": message.voice.file_id, "file_size": message.voice.file_size or 0}
-    return {}
+    found: dict[str, Any] = {}
+    if content_type == "document" and message.document is not None:
+        found.update(document_reference(message.document))
+    replied = message.reply_to_message
+    if replied is not None and replied.document is not None:  # ``/kb add`` as a reply to a document
+        found["reply_document"] = document_reference(replied.document)
+    return found
+
+
+def document_reference(document: Any) -> dict[str, Any]:
+    """What fetching a document needs (``/kb add``): its id, declared size, file name and type."""
+    return {"file_id": document.file_id, "file_size": document.file_size or 0,
+            "file_name": document.file_name or "", "mime_type": document.mime_type or ""}
 
 
 def _replied(message: Message, sender: Any) -> tuple[str, str]:

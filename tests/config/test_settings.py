@@ -37,7 +37,8 @@ model_max_parallel vision speech_to_text_model usage_cap_user_daily_tokens usage
 usage_cap_daily_tokens usage_fallback_model mcp_servers tools_window_share
 feishu_app_id feishu_app_secret feishu_domain dingtalk_client_id dingtalk_client_secret
 wecom_corp_id wecom_agent_id wecom_secret wecom_token wecom_aes_key
-wecom_port wecom_base_url web_chat_public web_chat_rate_per_minute""".split()
+wecom_port wecom_base_url web_chat_public web_chat_rate_per_minute
+knowledge_max_mb knowledge_max_pages knowledge_auto""".split()
 
 
 def test_defaults_cover_every_contract_key():
@@ -80,6 +81,7 @@ def test_defaults_cover_every_contract_key():
     assert (cfg.feishu_app_id, cfg.feishu_app_secret, cfg.feishu_domain) == ("", "", "feishu")
     assert (cfg.dingtalk_client_id, cfg.dingtalk_client_secret) == ("", "")
     assert {"feishu_app_secret", "dingtalk_client_secret"} <= SECRET_KEYS
+    assert (cfg.knowledge_max_mb, cfg.knowledge_max_pages, cfg.knowledge_auto) == (50, 2000, False)
     assert set(Config.model_fields) == set(CONTRACT_KEYS)
 
 

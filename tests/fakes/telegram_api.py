@@ -142,6 +142,8 @@ class FakeTelegramAPI(FakeService):
         self.peer_owner: Any = None
         self._peer = threading.local()
         self._poll_generation = 0
+        #: file ids whose declared size is over the Bot API's 20 MB: getFile refuses them
+        self.too_big: set[str] = set()
         #: files served by getFile and ``/file/bot<token>/<file_path>``: file_id -> (file_unique_id, path, bytes)
         self.files: dict[str, tuple[str, str, bytes]] = {}
         #: ``file_path`` of every file download, in order
@@ -275,6 +277,25 @@ class FakeTelegramAPI(FakeService):
         entry = self.add_file(data, folder="voice", suffix=".oga")
         voice = {**entry, "duration": duration, "mime_type": "audio/ogg"}
         return self.push_message(chat_id, user_id=user_id, voice=voice, **kwargs)
+
+    def push_document(self, chat_id: int, data: bytes, *, user_id: int, file_name: str,
+                      mime_type: str = "application/pdf", caption: str | None = None, declared_size: int | None = None,
+                      **kwargs: Any) -> dict[str, Any]:
+        """Queue a document message (a Document object, as the Bot API sends one). ``declared_size`` stands for a
+        file larger than the test keeps in memory: the message declares it, and getFile refuses it as the Bot
+        API refuses files over 20 MB ("file is too big")."""
+        entry = self.add_file(data, folder="documents", suffix="." + file_name.rsplit(".", 1)[-1])
+        if declared_size is not None:
+            entry["file_size"] = declared_size
+            with self._cond:
+                self.too_big.add(entry["file_id"])
+        document = {**entry, "file_name": file_name, "mime_type": mime_type}
+        entities = None
+        if caption and caption.startswith("/"):
+            command = caption.split()[0]
+            entities = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
+        return self.push_message(chat_id, user_id=user_id, document=document, caption=caption,
+                                 caption_entities=entities, **kwargs)
 
     def file_bytes(self, file_path: str) -> bytes | None:
         """The bytes served at ``/file/bot<token>/<file_path>``, or None."""
@@ -472,6 +493,8 @@ class FakeTelegramAPI(FakeService):
             found = self.files.get(str(params.get("file_id")))
         if found is None:
             raise TelegramAPIError(400, "Bad Request: invalid file_id")
+        if str(params.get("file_id")) in self.too_big:  # the Bot API serves files up to 20 MB
+            raise TelegramAPIError(400, "Bad Request: file is too big")
         unique, path, data = found
         return {"file_id": params["file_id"], "file_unique_id": unique, "file_size": len(data), "file_path": path}
 

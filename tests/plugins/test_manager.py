@@ -85,14 +85,16 @@ async def test_builtins_register_their_commands_and_tools(tmp_path):
     async with PluginBot(tmp_path) as bot:
         assert [c.name for c in bot.commands.all()] == ["help", "context", "reset", "clear", "compact", "config",
                                                         "auth", "console", "memory", "forget", "me", "export", "usage",
-                                                        "remind", "reminders", "tools"]
+                                                        "remind", "reminders", "tools", "kb"]
         assert bot.tools.names() == ["current_time", "memory_search", "memory_get", "memory_write", "web_fetch",
-                                     "history_search", "schedule_message", "list_reminders", "cancel_reminder"]
+                                     "history_search", "schedule_message", "list_reminders", "cancel_reminder",
+                                     "knowledge_search"]
         assert {n: i.enabled for n, i in bot.manager.plugins.items()} == {"commands": True, "admin": True,
                                                                            "tools": True, "memory_index": True,
                                                                            "memory_commands": True, "person": True,
                                                                            "export": True, "usage": True,
-                                                                           "reminders": True, "mcp_tools": True}
+                                                                           "reminders": True, "mcp_tools": True,
+                                                                           "knowledge": True}
         assert bot.manager.plugins["admin"].commands == ["config", "auth", "console"]
 
 
@@ -170,8 +172,10 @@ async def test_enabled_false_turns_a_plugin_off_and_on_live(tmp_path):
 
 async def test_a_builtin_can_be_turned_off(tmp_path):
     async with PluginBot(tmp_path, plugins={"tools": {"enabled": False}}) as bot:
-        assert bot.tools.names() == ["schedule_message", "list_reminders", "cancel_reminder"]  # the reminders'
-    async with PluginBot(tmp_path, plugins={"tools": {"enabled": False}, "reminders": {"enabled": False}}) as bot:
+        # the reminders' and the knowledge base's
+        assert bot.tools.names() == ["schedule_message", "list_reminders", "cancel_reminder", "knowledge_search"]
+    async with PluginBot(tmp_path, plugins={"tools": {"enabled": False}, "reminders": {"enabled": False},
+                                            "knowledge": {"enabled": False}}) as bot:
         assert bot.tools.names() == []
         assert bot.tools.schemas() == []
         assert "remind" not in [c.name for c in bot.commands.all()]
@@ -235,7 +239,7 @@ async def test_plugins_are_discovered_in_a_folder(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, logger="plugins.manager"):
         async with PluginBot(tmp_path, directory=folder) as bot:
             assert await bot.say("/hello") == "hello Alice (pkg)"
-            assert sorted(bot.manager.plugins) == ["admin", "commands", "export", "greet", "mcp_tools",
+            assert sorted(bot.manager.plugins) == ["admin", "commands", "export", "greet", "knowledge", "mcp_tools",
                                                    "memory_commands", "memory_index", "person", "pkgplug",
                                                    "reminders", "tools", "usage"]
     assert [r.getMessage() for r in caplog.records] == ["plugin broken failed to import; skipped"]

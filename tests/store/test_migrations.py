@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The tables of revision 0001, which ``create_all()`` made before migrations existed.
 BASELINE_TABLES = {"sessions", "messages", "inbox", "summary_jobs", "admin_grants"}
 MODEL_TABLES = BASELINE_TABLES | {"memory_chunks", "group_messages", "reminders", "usage", "usage_daily",
-                                  "usage_flights", "message_vectors", "shared_values"}
+                                  "usage_flights", "message_vectors", "shared_values",
+                                  "knowledge_documents", "knowledge_chunks", "knowledge_grants"}
 
 
 def schema_of(conn: Connection) -> dict[str, Any]:

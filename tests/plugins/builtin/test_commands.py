@@ -42,6 +42,7 @@ async def test_help_lists_every_command_and_marks_admin_ones(tmp_path):
             "2026-12-24 08:00, every day 9:00, 明天早上9点)",
             "/reminders — this chat's pending reminders; /reminders cancel <n> cancels one",
             "/tools — the tools this chat's model may use, and each MCP server's state",
+            "/kb — this chat's documents; /kb add [scope], /kb remove <name>, /kb use|unuse <scope> (admins)",
         ])
         assert bot.llm.history == []  # commands never reach the model
 
