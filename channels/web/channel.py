@@ -140,6 +140,8 @@ class WebChannel(BaseChannel):
     """The web chat (DESIGN §5): the console's ``/chat`` page and, with ``web_chat_public``, ``/chat/public``."""
 
     name = "web"
+    #: the page shows each answer under its question, from the history: a resumed answer needs no quote of it
+    threads_replies = True
 
     def __init__(self, config: Config | None = None) -> None:
         super().__init__()

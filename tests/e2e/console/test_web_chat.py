@@ -85,6 +85,19 @@ def base(token_url) -> str:
     return token_url.split("/?", 1)[0]
 
 
+@pytest.fixture(scope="module")
+def operator(browser, token_url) -> dict:
+    """The operator's login, made once with the one-time link (it opens the console once) and carried by every
+    context that needs it (its cookies)."""
+    context = browser.new_context(viewport=DESKTOP, bypass_csp=True)
+    page = context.new_page()
+    page.goto(token_url)
+    assert "/login" not in page.url
+    state = context.storage_state()
+    context.close()
+    return state
+
+
 def stored(bot: BotProcess, session_id: str) -> list[tuple[str, str]]:
     with sqlite3.connect(bot.folder / "data" / "chatbot.db") as db:
         rows = db.execute("SELECT content FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
@@ -101,7 +114,7 @@ def send(page, text: str) -> None:
 
 
 # --- the operator's page -----------------------------------------------------------------------------------
-def test_the_operators_page_needs_the_console_login(browser, base, token_url, shots):
+def test_the_operators_page_needs_the_console_login(browser, base, operator, shots):
     stranger = browser.new_context(viewport=DESKTOP, bypass_csp=True)
     page = stranger.new_page()
     page.goto(base + "/chat")
@@ -113,20 +126,18 @@ def test_the_operators_page_needs_the_console_login(browser, base, token_url, sh
     assert post.status in (303, 403)
     stranger.close()
 
-    context = browser.new_context(viewport=DESKTOP, bypass_csp=True)
+    context = browser.new_context(viewport=DESKTOP, bypass_csp=True, storage_state=operator)
     page = context.new_page()
-    page.goto(token_url)
     page.goto(base + "/chat")
     assert page.locator("#chat").count() == 1
     assert page.locator("nav a.active").inner_text() == "Chat"
     context.close()
 
 
-def test_a_streamed_answer_appears_word_by_word_and_a_reload_keeps_the_history(browser, bot, base, token_url,
+def test_a_streamed_answer_appears_word_by_word_and_a_reload_keeps_the_history(browser, bot, base, operator,
                                                                                   shots):
-    context = browser.new_context(viewport=DESKTOP, bypass_csp=True)
+    context = browser.new_context(viewport=DESKTOP, bypass_csp=True, storage_state=operator)
     page = context.new_page()
-    page.goto(token_url)
     page.goto(base + "/chat")
     page.wait_for_selector("#chat[data-connected]")
     # every text the answer's bubble shows while it grows
@@ -159,10 +170,9 @@ def test_a_streamed_answer_appears_word_by_word_and_a_reload_keeps_the_history(b
     context.close()
 
 
-def test_html_in_a_message_or_an_answer_is_shown_as_text(browser, base, token_url, shots):
-    context = browser.new_context(viewport=DESKTOP, bypass_csp=True)
+def test_html_in_a_message_or_an_answer_is_shown_as_text(browser, base, operator, shots):
+    context = browser.new_context(viewport=DESKTOP, bypass_csp=True, storage_state=operator)
     page = context.new_page()
-    page.goto(token_url)
     page.goto(base + "/chat")
     page.wait_for_selector("#chat[data-connected]")
     dialogs = []
