@@ -55,7 +55,7 @@ from dispatcher.replies import (
 )
 from dispatcher.resume import pending_items, resumed_item
 from media.intake import MediaIntake
-from reminders.firing import REMINDER, note_in_history
+from reminders.firing import REMINDER, note_reminder
 from store.conversations import ConversationStore, PendingIncoming
 from store.locks import LocalLocks, Locks
 from store.reminders import Reminders
@@ -365,8 +365,8 @@ class Dispatcher:
         reminder = item.message.content_type == REMINDER
         if reminder and item.inbox_id is not None and reply:
             outcome = "reminder"
-            await note_in_history(self.reminders, self.sessions, item.inbox_id, item.message, item.info.session_id,
-                                  reply)
+            await note_reminder(self.reminders, self.sessions, item.inbox_id, item.message, item.info.session_id,
+                                reply)
         await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=kept, send=final, serial=reminder)
         if streamed is not None and not reply:
             await streamed.finish("")
