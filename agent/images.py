@@ -246,14 +246,12 @@ __all__ = [
 async def settle_images(state: Any, turn: ImageTurn, answer: str | None, *, llm: BaseLLM, model: str,
                         store: ConversationStore, data_dir: Path, vision: bool) -> int:
     """After a turn: every image still pending in the context becomes words, in the database first, then in
-    the context (``state.swap``). Returns how many. Never raises for a failed description (it is kept as
+    the context (``state.swap_media``). Returns how many. Never raises for a failed description (it is kept as
     :data:`NOT_DESCRIBED`); a database error is raised (the turn's answer is stored already).
 
     ``answer`` is the turn's answer when it is a usable one; a photo without a caption takes it as its
     description. ``vision`` says whether the model may be sent images at all.
     """
-    from store.media import rewrite_message
-
     pend = pending_messages(state.messages)
     if not pend:
         return 0
@@ -278,7 +276,6 @@ async def settle_images(state: Any, turn: ImageTurn, answer: str | None, *, llm:
                                    type(exc).__name__, exc)
                     description = NOT_DESCRIBED
         message = described(m.message, description)
-        if await store.run(rewrite_message, state.session_id, m.seq, message):
-            state.swap(m.seq, message)
+        if await state.swap_media(m.seq, message):
             done += 1
     return done

@@ -38,7 +38,7 @@ from agent.context import (
 )
 from agent.flush import flush_before_trim
 from agent.images import REFUSED_NOTE, ImageTurn, Vision, has_image, request_messages, settle_images, without_images
-from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState, move_boundary, reset_context
+from agent.session import FIRST_REPLY_WAIT_SECONDS, DropSink, SessionState
 from agent.slots import urgent
 from agent.tokens import TokenCounter, TokenCounters, output_cap
 from agent.tools.base import TURN_MESSAGE, TURN_TOOLS, ToolContext, ToolQuery, ToolRegistry, ToolSet, cap_result
@@ -159,7 +159,8 @@ class TurnKnowledge(Protocol):
 
 
 #: ``final(message, text) -> seq``: stores a turn's final answer ``message``, whose reply to the user is
-#: ``text``, and returns its seq; the dispatcher's keeps ``text`` for its outbox in the same transaction.
+#: ``text``, puts it in the context (through the session handle: :meth:`SessionState.add_answer`) and returns
+#: its seq; the dispatcher's keeps ``text`` for its outbox in the same transaction.
 FinalAnswer = Callable[[dict[str, Any], str], Awaitable[int]]
 
 
@@ -336,29 +337,22 @@ class Agent:
 
     async def _apply(self, state: SessionState, result: PrepareResult, reason: str | None) -> None:
         """Make a prepared context the session's context; move the boundary past dropped turns."""
-        state.replace(result.messages)
         if result.dropped:
             dropped: list[Turn] = result.dropped
             first = min(t.first_seq for t in dropped if t.first_seq)
             last = max(t.last_seq for t in dropped)
-            new_start = next((m.seq for m in state.messages if m.seq), last + 1)
-            if new_start > state.context_start_seq:
-                await move_boundary(self.store, state, new_start)
+            await state.apply(result.messages, next((m.seq for m in result.messages if m.seq), last + 1))
             if reason is not None:
                 await self.sink.submit(state.session_id, reason, first, last)
+        else:
+            await state.apply(result.messages)
         for action in result.actions:
             logger.info("session %s: %s", state.session_id, action)
-
-    async def _persist(self, state: SessionState, message: dict[str, Any]) -> None:
-        (seq,) = await self.store.append(state.session_id, [message])
-        state.append(seq, message)
 
     # --- the turn ------------------------------------------------------------------------
     async def add_user_message(self, state: SessionState, text: str) -> None:
         """Store the turn's user message before any model call, and put it in the context."""
-        message = {"role": "user", "content": text}
-        (seq,) = await self.store.append(state.session_id, [message])
-        state.append(seq, message)
+        await state.add_user({"role": "user", "content": text})
 
     async def run_turn(self, state: SessionState, sink: AnswerSink | None = None,
                        final: FinalAnswer | None = None, model: str | None = None) -> TurnResult:
@@ -430,18 +424,18 @@ class Agent:
                 if images is not None and images.refused:
                     result.text = f"{REFUSED_NOTE}\n\n{result.text}"
                 if final_answer is None:
-                    await self._persist(state, message)
+                    await state.add(message)
                 else:
-                    state.append(await final_answer(message, result.text), message)
+                    await final_answer(message, result.text)
                 return result
-            await self._persist(state, message)
+            await state.add(message)
             for call in response.tool_calls:
                 result.tool_calls += 1
                 if call.error:  # the model's arguments were not JSON: tell it, run nothing
                     content = f"Error: {call.error}. Call the tool again with a JSON object as its arguments."
                 else:
                     content = await self._run_tool(state, call.name, call.arguments)
-                await self._persist(state, {"role": "tool", "tool_call_id": call.id, "content": content})
+                await state.add({"role": "tool", "tool_call_id": call.id, "content": content})
 
     async def _run_tool(self, state: SessionState, name: str, arguments: str) -> str:
         tools = TURN_TOOLS.get() or self.tools
@@ -649,4 +643,4 @@ class Agent:
         overflow job, go to memory only, as after ``/context clear``.
         """
         self.sink.note_cleared(state.session_id)  # before any await: a summary finishing meanwhile must not inject
-        await reset_context(self.store, state)
+        await state.clear()

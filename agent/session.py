@@ -17,16 +17,21 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from core.records import SessionInfo, StoredMessage
 from core.turns import CtxMessage, Turn, conversation_turns, group_turns, restore_turn_count, text_only
 from store.conversations import ConversationStore
+from store.media import rewrite_message
 
 if TYPE_CHECKING:
     from config.settings import Config
+    from store.reminders import Reminders
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -91,29 +96,70 @@ class LoggingDropSink:
 
 
 class LiveSessions(OrderedDict[str, "SessionState"]):
-    """The loaded session contexts, least recently used first: the :class:`SessionManager` loads and evicts them,
-    and the summariser finds a session's live state here to inject a summary into it."""
+    """The loaded session contexts, least recently used first: the :class:`SessionManager` loads and evicts them.
+
+    It is also the summariser's port (summaries/collaborators.py ``SummaryTarget``): a summary is written to the
+    store and to the live state here, in one place. These methods do not take the session's lock: a turn holds
+    it while it waits for its summaries. They change the live state without awaiting after the store write, so
+    no turn sees half of a change.
+    """
+
+    def __init__(self, store: ConversationStore) -> None:
+        super().__init__()
+        self.store = store
 
     def peek(self, session_id: str) -> SessionState | None:
         """The loaded state, if any, without loading."""
         return self.get(session_id)
 
+    async def inject(self, session_id: str, summary: str, turns: int, through_seq: int,
+                     superseded: Callable[[], bool]) -> bool:
+        """Make ``summary`` (covering ``turns`` turns, made through ``through_seq``) the session's injected summary:
+        stored, then live. When ``superseded()`` turns true while storing (a clear came), the stored summary is
+        reset again and the live one left alone; False then."""
+        await self.store.set_summary(session_id, summary, turns, through_seq=through_seq)
+        if superseded():  # cleared while writing: a cleared context starts empty
+            await self.store.set_summary(session_id, None, 0, through_seq=through_seq)
+            return False
+        state = self.get(session_id)
+        if state is not None:
+            state._set_summary(summary, turns, through_seq)
+        return True
+
+    async def mark_summarized(self, session_id: str, through_seq: int) -> None:
+        """Messages through ``through_seq`` are summarised; the summary stays as it is."""
+        await self.store.set_summarized_through(session_id, through_seq)
+        state = self.get(session_id)
+        if state is not None:
+            state._mark_summarized(through_seq)
+
+    async def reset_summary(self, session_id: str, through_seq: int) -> None:
+        """No injected summary (a clear job), messages through ``through_seq`` summarised."""
+        await self.store.set_summary(session_id, None, 0, through_seq=through_seq)
+        state = self.get(session_id)
+        if state is not None:
+            state._set_summary(None, 0, through_seq)
+
 
 @dataclass(eq=False)
 class SessionState:
-    """One session's in-memory context.
+    """One session's context, and the handle through which it changes.
 
-    Its methods are the only writers of its fields (``tests/agent/test_session_owner.py`` fails when another
-    module assigns one): appending and cutting the context, replacing it with a prepared one, moving the
-    boundary, setting the summary, resetting. What must be stored with a change is stored by this module
-    (:func:`move_boundary`, :func:`reset_context`) or by the caller before it calls the method (the agent
-    appends a message to the store, then to the state). Only the session's own task changes ``messages``;
-    the summariser sets the summary on the event loop without awaiting, so no turn sees half of it.
+    The session manager hands it out; its async methods write the store and the live context together, in
+    this module and nowhere else (``tests/agent/test_session_owner.py`` fails when another module assigns a
+    field, calls a live-only writer, or calls one of the store's session writers): add a message, the user's
+    (with its journal link) or the answer (with the outbox's copy), resume at a stored user message, apply a
+    prepared context (moving the boundary past dropped turns), swap a photo for its words, clear. Those that
+    change ``messages`` are called by the holder of ``lock`` (the session's worker during its turn, or the
+    manager's own :meth:`SessionManager.clear`, :meth:`SessionManager.compact`, :meth:`SessionManager.note`,
+    :meth:`SessionManager.erase`). The summariser's changes come through :class:`LiveSessions`.
     """
 
     info: SessionInfo
     messages: list[CtxMessage]
     context_start_seq: int
+    #: where the context is stored (the manager's store)
+    store: ConversationStore = field(repr=False)
     summary: str | None = None
     summary_turns: int = 0
     summarized_through_seq: int = 0
@@ -151,58 +197,116 @@ class SessionState:
         """The context grouped into turns."""
         return group_turns(self.messages)
 
-    # --- the writers ---------------------------------------------------------------------------
-    def append(self, seq: int, message: dict[str, Any]) -> None:
-        """Add a stored message (``seq``) at the end of the context."""
+    # --- the handle: store and live context together ------------------------------------------
+    async def add(self, message: dict[str, Any]) -> int:
+        """Store ``message`` (an assistant or tool message, an answer without a journal row) and put it at the
+        end of the context; its seq."""
+        (seq,) = await self.store.append(self.session_id, [message])
+        self._append(seq, message)
+        return seq
+
+    async def add_user(self, message: dict[str, Any], inbox_id: int | None = None) -> int:
+        """Store the turn's user message, linked to its journal row ``inbox_id`` when it has one, before any
+        model call, and put it in the context; its seq."""
+        if inbox_id is None:
+            return await self.add(message)
+        seq = await self.store.append_user(self.session_id, message, inbox_id)
+        self._append(seq, message)
+        return seq
+
+    async def add_answer(self, message: dict[str, Any], inbox_id: int, reply: str) -> int:
+        """Store the turn's final answer and the outbox's copy of its ``reply`` (one transaction), and put it in
+        the context; its seq."""
+        seq = await self.store.append_answer(self.session_id, message, inbox_id, reply)
+        self._append(seq, message)
+        return seq
+
+    async def resume(self, user_seq: int, message: dict[str, Any] | None = None) -> None:
+        """Make the context end at the stored user message ``user_seq``: cut after it when it is there, else add
+        it (``message`` when given: stored at intake; else read back from the store). Writes nothing stored."""
+        if self._cut_after(user_seq):
+            return
+        if message is not None:
+            self._append(user_seq, message)
+        else:
+            self._extend(await self.store.load_messages(self.session_id, user_seq, user_seq))
+
+    async def apply(self, messages: list[CtxMessage], start: int | None = None) -> None:
+        """Make ``messages`` (a prepared or trimmed context) the context; with ``start``, the boundary moves
+        there when that is later (turns before it left the context)."""
+        self._replace(messages)
+        if start is not None and start > self.context_start_seq:
+            await self.move_boundary(start)
+
+    async def move_boundary(self, seq: int) -> None:
+        """The context now starts at ``seq``, in memory and in the store."""
+        self._move_boundary(seq)
+        await self.store.set_context_start(self.session_id, seq)
+
+    async def clear(self) -> None:
+        """Empty the context by moving the boundary past every stored message, and reset the summary. Rows are
+        kept."""
+        record = await self.store.get_session(self.session_id)
+        last = record.last_seq if record else max((m.seq for m in self.messages), default=0)
+        self._reset(last)
+        await self.store.set_context_start(self.session_id, last + 1)
+        await self.store.set_summary(self.session_id, None)
+
+    async def swap_media(self, seq: int, message: dict[str, Any]) -> bool:
+        """Put ``message`` (a photo now words) in place of the stored message ``seq``, in the store, then in the
+        context when it is still there; False when the store has no such message."""
+        if not await self.store.run(rewrite_message, self.session_id, seq, message):
+            return False
+        self._swap(seq, message)
+        return True
+
+    @contextmanager
+    def showing(self, lines: list[str]) -> Iterator[None]:
+        """During a group turn: the group's background ``lines`` shown with its request, never stored."""
+        self.background = lines
+        try:
+            yield
+        finally:
+            self.background = []
+
+    # --- the live-only writers (this module's) ----------------------------------------------------
+    def _append(self, seq: int, message: dict[str, Any]) -> None:
         self.messages.append(CtxMessage(seq=seq, message=message))
 
-    def extend(self, stored: Iterable[StoredMessage]) -> None:
-        """Add stored messages at the end of the context, in order."""
+    def _extend(self, stored: Iterable[StoredMessage]) -> None:
         self.messages.extend(CtxMessage(seq=m.seq, message=m.message) for m in stored)
 
-    def cut_after(self, user_seq: int) -> bool:
-        """Resume: make the context end at the stored user message ``user_seq``; False when it is not there."""
+    def _cut_after(self, user_seq: int) -> bool:
         for i, m in enumerate(self.messages):
             if m.seq == user_seq and m.message.get("role") == "user":
                 del self.messages[i + 1:]
                 return True
         return False
 
-    def replace(self, messages: list[CtxMessage]) -> None:
-        """Make ``messages`` (a prepared or kept context) the session's context."""
+    def _replace(self, messages: list[CtxMessage]) -> None:
         self.messages = messages
 
-    def swap(self, seq: int, message: dict[str, Any]) -> bool:
-        """Put ``message`` in place of the context's stored message ``seq`` (a photo now words; stored first by
-        the caller); False when that message is no longer in the context."""
+    def _swap(self, seq: int, message: dict[str, Any]) -> bool:
         for i, m in enumerate(self.messages):
             if m.seq == seq:
                 self.messages[i] = CtxMessage(seq=seq, message=message)
                 return True
         return False
 
-    def move_boundary(self, seq: int) -> None:
-        """The context now starts at ``seq`` (persisted by :func:`move_boundary`)."""
+    def _move_boundary(self, seq: int) -> None:
         self.context_start_seq = seq
 
-    def set_summary(self, summary: str | None, turns: int, through_seq: int = 0) -> None:
-        """The injected summary (None: none) covering ``turns`` turns, made from messages through ``through_seq``."""
+    def _set_summary(self, summary: str | None, turns: int, through_seq: int = 0) -> None:
         self.summary, self.summary_turns = summary, turns if summary else 0
-        self.mark_summarized(through_seq)
+        self._mark_summarized(through_seq)
 
-    def mark_summarized(self, through_seq: int) -> None:
-        """Messages through ``through_seq`` are summarised (it never goes back)."""
-        self.summarized_through_seq = max(self.summarized_through_seq, through_seq)
+    def _mark_summarized(self, through_seq: int) -> None:
+        self.summarized_through_seq = max(self.summarized_through_seq, through_seq)  # it never goes back
 
-    def reset(self, last_seq: int) -> None:
-        """An empty context after ``last_seq`` and no summary (``/context clear``, ``/forget``, overflow)."""
+    def _reset(self, last_seq: int) -> None:
         self.messages = []
         self.context_start_seq = last_seq + 1
         self.summary, self.summary_turns = None, 0
-
-    def set_background(self, lines: list[str]) -> None:
-        """The group's background lines shown with this turn's request (empty after the turn)."""
-        self.background = lines
 
     def touch(self, now: float) -> None:
         """Used now (for idle eviction)."""
@@ -225,11 +329,16 @@ class SessionManager:
         self.max_cached = max_cached
         self.max_idle = max_idle
         self._last_sweep = time.monotonic()
-        self._states = live if live is not None else LiveSessions()
+        self._states = live if live is not None else LiveSessions(store)
         self._loading: dict[str, asyncio.Future] = {}
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._states
+
+    @property
+    def live(self) -> LiveSessions:
+        """The loaded contexts, and the summariser's port into them."""
+        return self._states
 
     def peek(self, session_id: str) -> SessionState | None:
         """The loaded state, if any, without loading."""
@@ -283,7 +392,7 @@ class SessionManager:
 
     async def clear(self, info: SessionInfo) -> int:
         """``/context clear``: hand the turns never summarised to the sink (reason ``clear``), then empty the
-        context (:func:`reset_context`). Returns how many turns went to memory."""
+        context (:meth:`SessionState.clear`). Returns how many turns went to memory."""
         state = await self.get(info)
         sid = info.session_id
         async with state.lock:
@@ -297,7 +406,7 @@ class SessionManager:
                 saved = sum(1 for m in stored if m.message.get("role") == "user")
                 if stored:
                     await self.sink.submit(sid, "clear", first, last)
-            await reset_context(self.store, state)
+            await state.clear()
         logger.info("session %s: context cleared (%d turns to memory)", sid, saved)
         return saved
 
@@ -315,8 +424,7 @@ class SessionManager:
                 return CompactResult(turns=0)
             keep = turns[-1]
             first, through = turns[0].first_seq, keep.first_seq - 1
-            state.replace(list(keep.messages))
-            await move_boundary(self.store, state, keep.first_seq)
+            await state.apply(list(keep.messages), keep.first_seq)
             dropped = len(turns) - 1
             if not isinstance(self.sink, SummarizesNow):
                 await self.sink.submit(sid, "compact", first, through)
@@ -327,16 +435,45 @@ class SessionManager:
                 logger.exception("session %s: summarising now failed; queued instead", sid)
                 await self.sink.submit(sid, "compact", first, through)
                 return CompactResult(turns=dropped, failed=True)
-            # The summariser persisted the injection; make the in-memory state match the store.
+            # The summariser injected through LiveSessions; a state evicted and reloaded meanwhile is another
+            # object: make this one match the store too.
             record = await self.store.get_session(sid)
             if record is not None:
-                state.set_summary(record.summary, record.summary_turns, record.summarized_through_seq)
+                state._set_summary(record.summary, record.summary_turns, record.summarized_through_seq)
         logger.info("session %s: compacted %d turns", sid, dropped)
         return CompactResult(turns=dropped, summary=summary)
 
     def forget(self, session_id: str) -> None:
         """Drop a session's in-memory context; it is rebuilt from the store when next needed."""
         self._states.pop(session_id, None)
+
+    async def erase(self, session_id: str, delete: Callable[[], Awaitable[T]]) -> T:
+        """``/forget``: run ``delete`` (which deletes the session's rows and files) on the session's lock when
+        its context is loaded, empty that context (a turn already waiting for the lock holds it: it must see
+        nothing forgotten), and drop it. Returns what ``delete`` returned."""
+        state = self._states.get(session_id)
+        if state is None:
+            result = await delete()
+        else:
+            async with state.lock:
+                result = await delete()
+                state._reset(0)
+        self.forget(session_id)
+        return result
+
+    async def note(self, reminders: Reminders, session_id: str, inbox_id: int, message: dict[str, Any],
+                   payload: dict[str, Any]) -> int | None:
+        """A fired reminder's text as an assistant message of its session: stored once (its journal row
+        ``inbox_id`` gets ``payload``), and added to the context when that is loaded. The seq; None when it
+        was stored already."""
+        state = self._states.get(session_id)
+        if state is None:
+            return await reminders.note_in_history(session_id, inbox_id, message, payload)
+        async with state.lock:
+            seq = await reminders.note_in_history(session_id, inbox_id, message, payload)
+            if seq is not None:
+                state._append(seq, message)
+        return seq
 
     async def _load(self, info: SessionInfo) -> SessionState:
         keep = restore_turn_count(self.config().agent_max_context_turns)
@@ -352,7 +489,7 @@ class SessionManager:
             turns = _stored_turns(window)
         kept = turns[-keep:]
         messages = [m for turn in kept for m in text_only(turn).messages]
-        state = SessionState(info=info, messages=messages, context_start_seq=start,
+        state = SessionState(info=info, messages=messages, context_start_seq=start, store=self.store,
                              summary=record.summary, summary_turns=record.summary_turns,
                              summarized_through_seq=record.summarized_through_seq)
         # Registered before anything else awaits, so a summary finishing meanwhile finds the live state.
@@ -365,26 +502,11 @@ class SessionManager:
         # the restore job, and jobs the last process left, before the first reply
         state.expect_summaries(self.sink.settled(info.session_id))
         if first_kept != start:
-            await move_boundary(self.store, state, first_kept)
+            await state.move_boundary(first_kept)
         if len(window) > 1:  # not a new session holding only the message that just arrived
             logger.info("session %s restored: %d turns in context from seq %d", info.session_id,
                         len(kept), state.context_start_seq)
         return state
-
-
-async def reset_context(store: ConversationStore, state: SessionState) -> None:
-    """Empty the context by moving the boundary past every stored message, and reset the summary. Rows are kept."""
-    record = await store.get_session(state.session_id)
-    last = record.last_seq if record else max((m.seq for m in state.messages), default=0)
-    state.reset(last)
-    await store.set_context_start(state.session_id, last + 1)
-    await store.set_summary(state.session_id, None)
-
-
-async def move_boundary(store: ConversationStore, state: SessionState, seq: int) -> None:
-    """Move the session's context boundary to ``seq``, in memory and in the store."""
-    state.move_boundary(seq)
-    await store.set_context_start(state.session_id, seq)
 
 
 def _stored_turns(stored: list[StoredMessage]) -> list[Turn]:

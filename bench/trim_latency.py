@@ -48,7 +48,7 @@ async def run(folder: Path) -> tuple[list[float], list[float], int]:
     config = ConfigHolder(Config(data_dir=str(folder), timezone="UTC", agent_max_context_turns=4))
     store = ConversationStore(config().database_url())
     await store.open()
-    live = LiveSessions()
+    live = LiveSessions(store)
     summarizer = CountingSummarizer(store=store, llm=FakeLLM(latency=LATENCY), config=config, sessions=live,
                                     daily=DailyMemory(folder / "memory", config().zone()))
     sessions = SessionManager(store, config, summarizer, live=live)

@@ -115,7 +115,7 @@ async def compose(cfg: Config, config_path: Path, failures: dict[str, str]) -> C
     written = MemoryWritten()  # what is written to memory reaches the plugins' memory_written (indexers)
     daily = DailyMemory(cfg.data_path() / "memory", cfg.zone(), on_written=written.notify)
     people = PersonNotes(daily.root / PEOPLE_DIR)  # person notes: kept out of the index, read by the prompt
-    live = LiveSessions()  # the loaded contexts: the session manager fills it, the summariser injects into it
+    live = LiveSessions(store)  # the loaded contexts: the manager fills them, the summariser injects through them
     windows = ModelWindows(holder)  # the models' windows (configured, asked of the server, the table)
     summarizer = Summarizer(store=store, llm=llm, config=holder, sessions=live, daily=daily, locks=locks,
                             on_written=written.notify, counter=counters, window=windows)

@@ -158,14 +158,7 @@ async def forget(request: web.Request) -> web.StreamResponse:
     await _session(request, sid)
     if form.get("confirm") != "yes":
         raise web.HTTPSeeOther(str(URL("/conversation/forget").with_query(id=sid)))
-    state = services.sessions.peek(sid)
-    if state is not None:
-        async with state.lock:
-            report = await forget_session(services.store, services.memory, sid)
-            state.reset(0)  # a turn already waiting for this lock holds this state: it must see nothing forgotten
-    else:
-        report = await forget_session(services.store, services.memory, sid)
-    services.sessions.forget(sid)
+    report = await services.sessions.erase(sid, lambda: forget_session(services.store, services.memory, sid))
     if services.memory_search is not None:
         services.memory_search.forget(sid)
     logger.info("web console: %s forgotten", sid)

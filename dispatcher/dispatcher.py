@@ -23,43 +23,40 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent
 from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
-from core.usage import speaker_of
 from dispatcher.admins import Admins
 from dispatcher.background import GroupBackground
 from dispatcher.claims import SessionClaims, session_lock
 from dispatcher.commands import CommandRegistry
 from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, DB_RETRY_DELAY, journalled, wait_for_database
-from dispatcher.handlers import run_agent, run_command
 from dispatcher.hooks import MessageHooks
 from dispatcher.identity import session_for
-from dispatcher.intake import MEDIA_KINDS, RecentIds, Stage, WorkItem, evaluate, model_text, report_ignored
+from dispatcher.intake import MEDIA_KINDS, RecentIds, Stage, WorkItem, evaluate, report_ignored
 from dispatcher.journal import JournalWriter
 from dispatcher.outbox import Outbox
 from dispatcher.queue import Poke, SessionQueue
 from dispatcher.replies import (
     STILL_WORKING_AFTER,
-    TEXT_ONLY_REPLY,
+    Presence,
     StreamedReply,
     error_reply,
-    keep_typing,
     open_stream,
-    still_working,
     with_prefix,
 )
 from dispatcher.resume import pending_items, resumed_item
+from dispatcher.steps import STEPS, Answering, Step, answer
 from media.intake import MediaIntake
-from reminders.firing import REMINDER, note_in_history
+from reminders.firing import REMINDER, note_reminder
 from store.conversations import ConversationStore, PendingIncoming
 from store.locks import LocalLocks, Locks
 from store.reminders import Reminders
-from usage.caps import ALLOWED, Turn, UsageCaps
+from usage.caps import UsageCaps
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -105,6 +102,8 @@ class Dispatcher:
         self.outbox = Outbox(store, self.channels, self.send)
         #: seconds before a turn without an answer gets the "still working" note
         self.still_working_after = STILL_WORKING_AFTER
+        #: what a message goes through once its turn comes, in order (dispatcher/steps.py)
+        self.steps: tuple[Step, ...] = STEPS
         self.db_retry_delay = DB_RETRY_DELAY
         self.recent = RecentIds()
         #: what groups say without asking the bot (DESIGN §1.3)
@@ -365,8 +364,8 @@ class Dispatcher:
         reminder = item.message.content_type == REMINDER
         if reminder and item.inbox_id is not None and reply:
             outcome = "reminder"
-            await note_in_history(self.reminders, self.sessions, item.inbox_id, item.message, item.info.session_id,
-                                  reply)
+            await note_reminder(self.reminders, self.sessions, item.inbox_id, item.message, item.info.session_id,
+                                reply)
         await self.outbox.deliver(item.inbox_id, item.message, reply or "", kept=kept, send=final, serial=reminder)
         if streamed is not None and not reply:
             await streamed.finish("")
@@ -382,84 +381,30 @@ class Dispatcher:
         return send
 
     async def _answer(self, item: WorkItem) -> tuple[str, str | None, int, StreamedReply | None]:
-        """Run the item's command or agent turn on a slot; return (outcome, reply, tool calls, stream)."""
-        typing: asyncio.Task | None = None
-        note: asyncio.Task | None = None
+        """Run the item through :data:`dispatcher.steps.STEPS` on a slot; return (outcome, reply, tool calls,
+        stream)."""
         streamed: StreamedReply | None = None
-        outcome, tool_calls = "ok", 0
-        try:
-            async with self.queue.slot():
-                channel = self.channels.get(item.message.channel)
-                kind = item.message.content_type
-                if kind in MEDIA_KINDS and (channel is None or not channel.fetches_media):
-                    kind = "unfetched " + kind  # this channel cannot fetch it: the "text only" note
-                if item.command is None and (kind == "text" or kind in MEDIA_KINDS):
-                    streamed = open_stream(channel, self.config(), item.message)
-                typing = asyncio.create_task(keep_typing(channel, item.message, streamed))
-                if item.command is not None:
-                    outcome = f"command /{item.command.command}"
-                    reply = await run_command(self.commands, item, await self.admins.is_admin_now(item.message),
-                                              self.services, channel)
-                elif kind != "text" and kind not in MEDIA_KINDS:
-                    outcome, reply = "non-text", TEXT_ONLY_REPLY
-                elif kind in MEDIA_KINDS and (refusal := await self._refused_before_media(item)) is not None:
-                    outcome, reply = f"{kind}: refused before it was fetched (a usage cap)", refusal
-                elif kind in MEDIA_KINDS and (media_note := await self._prepare_media(item, channel)) is not None:
-                    outcome, reply = f"{kind}: a note", media_note
-                else:
-                    note = asyncio.create_task(still_working(self.send, item.message, self.still_working_after,
-                                                             streamed))
-                    reply, tool_calls, outcome = await run_agent(
-                        item, sessions=self.sessions, agent=self.agent, store=self.store, hooks=self.hooks,
-                        sink=streamed, gate=self._capped if self.caps is not None else None)
-                    if item.media_before and reply:
-                        reply = f"{item.media_before}\n\n{reply}"
-            self.queue.turn_finished(item)
-            if reply:
-                reply = await self.hooks.after_reply(item.message, reply)
-        except BaseException:
-            if streamed is not None:  # what was shown stays; the error reply goes as its own message
-                await streamed.abort()
-            raise
-        finally:
-            for task in (typing, note):
-                if task is not None:
-                    task.cancel()
-        return outcome, reply, tool_calls, streamed
-
-    async def _refused_before_media(self, item: WorkItem) -> str | None:
-        """The cap's refusal of a photo or voice note not yet prepared, asked before it is downloaded and
-        transcribed (which would be spent, and counted, for nothing); None when it may go on."""
-        if self.caps is None or not self.caps.caps() or item.media is not None or item.user_seq is not None \
-                or item.user_message is not None:
-            return None
-        msg = item.message
-        return await self.caps.refusal(speaker_of(msg.channel, msg.user_id), item.info,
-                                       is_admin=await self.admins.is_admin_now(msg))
-
-    async def _prepare_media(self, item: WorkItem, channel: BaseChannel | None) -> str | None:
-        """A photo or voice note made ready for its turn, once (a turn run again after a database outage keeps
-        what was made); a note to send instead of a turn, or None."""
-        if item.media is not None or item.user_seq is not None or item.user_message is not None:
-            return None  # prepared already, or its user message is stored: the turn reads that
-        prepared = await self.media.prepare(item.message, item.text, item.info.session_id, channel)
-        if prepared.reply is not None:
-            return prepared.reply
-        text = model_text(item.message, prepared.text) if prepared.spoken else prepared.text
-        item.text, item.media, item.media_before = text, prepared.keys, prepared.before
-        return None
-
-    @contextlib.asynccontextmanager
-    async def _capped(self, item: WorkItem) -> AsyncIterator[Turn]:
-        """Around the item's turn: the usage caps' decision (DESIGN §12; admins exempt), and the turn in flight."""
-        caps = self.caps
-        if caps is None or not caps.caps():
-            yield Turn(ALLOWED)
-            return
-        msg = item.message
-        async with caps.turn(speaker_of(msg.channel, msg.user_id), item.info,
-                             is_admin=await self.admins.is_admin_now(msg)) as turn:
-            yield turn
+        async with contextlib.AsyncExitStack() as signs:  # "typing…" lasts until the reply hook has run
+            try:
+                async with self.queue.slot():
+                    channel = self.channels.get(item.message.channel)
+                    kind = item.message.content_type
+                    if kind in MEDIA_KINDS and (channel is None or not channel.fetches_media):
+                        kind = "unfetched " + kind  # this channel cannot fetch it: the "text only" note
+                    if item.command is None and (kind == "text" or kind in MEDIA_KINDS):
+                        streamed = open_stream(channel, self.config(), item.message)
+                    presence = await signs.enter_async_context(
+                        Presence(channel, item.message, streamed, self.send, self.still_working_after))
+                    done = await answer(self.steps, Answering(item, self, channel, kind, streamed, presence))
+                self.queue.turn_finished(item)
+                reply = done.reply
+                if reply:
+                    reply = await self.hooks.after_reply(item.message, reply)
+            except BaseException:
+                if streamed is not None:  # what was shown stays; the error reply goes as its own message
+                    await streamed.abort()
+                raise
+        return done.outcome, reply, done.tool_calls, streamed
 
     async def _recover(self, item: WorkItem, failure: Exception, retries: int) -> int:
         """After a failed turn: wait while the database is away (dispatcher/db_retry.py)."""

@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent, AnswerSink, FinalAnswer
-from agent.session import SessionManager
+from agent.session import SessionManager, SessionState
 from agent.tools.base import TURN_MESSAGE
 from channels.base import BaseChannel
 from core.usage import speaker_of, usage_scope
@@ -65,35 +65,31 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
         return "", 0, "skipped"
     state = await sessions.get(item.info)
     async with state.lock:
-        if item.store_with_intake and item.user_message is not None and item.user_seq is not None:  # stored at intake
-            if not state.cut_after(item.user_seq):
-                state.append(item.user_seq, item.user_message)
-        elif item.user_seq is None:
+        if item.user_seq is None:
             message = await user_message(hooks, item)
             if message is None:
                 return "", 0, "held by a plugin"
-            # stored and linked to its journal row before any model call
-            state.append(await store.append_user(item.info.session_id, message, item.inbox_id), message)
+            await state.add_user(message, item.inbox_id)  # stored, linked to its journal row, before any model call
         else:
-            answer = await stored_answer(store, item)
-            if answer is not None:
-                return answer, 0, "ok (stored answer)"
-            if not state.cut_after(item.user_seq):
-                state.extend(await store.load_messages(item.info.session_id, item.user_seq, item.user_seq))
+            intake = item.user_message if item.store_with_intake else None  # stored at intake, or a crash resume
+            if intake is None:
+                answer = await stored_answer(store, item)
+                if answer is not None:
+                    return answer, 0, "ok (stored answer)"
+            await state.resume(item.user_seq, intake)
         async with (gate or _uncapped)(item) as turn:
             decision = turn.decision
             if decision.refusal is not None:
                 return decision.refusal, 0, f"refused (the {decision.cap} cap)"
-            state.set_background(await background_lines(store, item.message, agent.config()))
             speaker = speaker_of(item.message.channel, item.message.user_id)
             token = TURN_MESSAGE.set(item.message)  # who asked and where, for the tools that act in the chat
             try:
-                with usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
-                    result = await agent.run_turn(state, sink, final=_keeping_reply(store, item),
+                with state.showing(await background_lines(store, item.message, agent.config())), \
+                        usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
+                    result = await agent.run_turn(state, sink, final=_keeping_reply(state, item),
                                                   model=decision.model)
             finally:
                 TURN_MESSAGE.reset(token)
-                state.set_background([])
     outcome = result.outcome if decision.model is None else f"{result.outcome} (on {decision.model}: the " \
         f"{decision.cap} cap)"
     return result.text, result.tool_calls, outcome
@@ -120,7 +116,7 @@ async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:
 
 
 
-def _keeping_reply(store: ConversationStore, item: WorkItem) -> FinalAnswer | None:
+def _keeping_reply(state: SessionState, item: WorkItem) -> FinalAnswer | None:
     """The agent's final-answer callback: the answer and the outbox's copy of the reply in one transaction
     (``item.kept_reply`` then tells the outbox it need not keep it again)."""
     inbox_id = item.inbox_id
@@ -128,7 +124,7 @@ def _keeping_reply(store: ConversationStore, item: WorkItem) -> FinalAnswer | No
         return None
 
     async def keep(message: dict[str, Any], text: str) -> int:
-        seq = await store.append_answer(item.info.session_id, message, inbox_id, text)
+        seq = await state.add_answer(message, inbox_id, text)
         item.kept_reply = text
         return seq
 

@@ -118,6 +118,29 @@ async def keep_typing(channel: BaseChannel | None, msg: IncomingMessage,
         streamed.idle.clear()
 
 
+class Presence:
+    """The signs of life while a message is answered, started and stopped together: "typing…" from entry to
+    exit (:func:`keep_typing`), and, once :meth:`still_working` arms it for an agent turn, the "still working"
+    note after ``after`` seconds (:func:`still_working`). Leaving cancels both."""
+
+    def __init__(self, channel: BaseChannel | None, msg: IncomingMessage, streamed: StreamedReply | None,
+                 send: Any, after: float) -> None:
+        self.channel, self.msg, self.streamed, self.send, self.after = channel, msg, streamed, send, after
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> Presence:
+        self._tasks.append(asyncio.create_task(keep_typing(self.channel, self.msg, self.streamed)))
+        return self
+
+    def still_working(self) -> None:
+        """Send the "still working" note if the answer takes longer than ``after`` seconds."""
+        self._tasks.append(asyncio.create_task(still_working(self.send, self.msg, self.after, self.streamed)))
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+
 class StreamedReply:
     """The agent's :class:`~agent.loop.AnswerSink` for one reply: pieces go to a channel's
     :class:`~channels.base.ReplyStream` as the whole text so far, with the reply prefix."""

@@ -7,7 +7,7 @@ any kept reply (:meth:`dispatcher.dispatcher.Dispatcher.answer_journalled`): on 
 order with the session's turns, retried with backoff until the platform takes it, after a crash by crash
 resume, with several processes by the process that claims the session.
 
-The text sent is also stored in the session's history as an assistant message (:func:`note_in_history`),
+The text sent is also stored in the session's history as an assistant message (:func:`note_reminder`),
 on the session's worker just before it is sent, so the model knows it reminded and a turn in progress is
 never split by it. A reminder that fell due while no process ran is sent at the next start, marked late.
 """
@@ -172,8 +172,8 @@ class ReminderFiring:
         return True
 
 
-async def note_in_history(reminders: Reminders, sessions: SessionManager, inbox_id: int, msg: IncomingMessage,
-                          session_id: str, text: str) -> None:
+async def note_reminder(reminders: Reminders, sessions: SessionManager, inbox_id: int, msg: IncomingMessage,
+                        session_id: str, text: str) -> None:
     """Store a reminder's text as an assistant message of its session (once: its journal row is marked), and
     add it to the session's context when that is in memory. Runs on the session's worker, between turns."""
     if msg.extra.get(NOTED):
@@ -182,10 +182,6 @@ async def note_in_history(reminders: Reminders, sessions: SessionManager, inbox_
     payload = msg.to_json()
     payload["extra"][NOTED] = True
     try:
-        seq = await reminders.note_in_history(session_id, inbox_id, message, payload)
+        await sessions.note(reminders, session_id, inbox_id, message, payload)
     except Exception:  # noqa: BLE001 - the reminder still goes out; only its line in the history is missing
         logger.exception("session %s: could not store reminder text in the history", session_id)
-        return
-    state = sessions.peek(session_id)
-    if seq is not None and state is not None:
-        state.append(seq, message)

@@ -4,6 +4,7 @@ summariser does not import)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from summaries.parts import rough_tokens
@@ -27,17 +28,36 @@ ROUGH = _Rough()
 
 
 class LiveState(Protocol):
-    """A loaded session context, as the summariser updates it (agent.session.SessionState)."""
+    """A loaded session context, as the summariser reads it (agent.session.SessionState)."""
 
-    summary: str | None
-    summary_turns: int
+    @property
+    def summary(self) -> str | None: ...
 
-    def set_summary(self, summary: str | None, turns: int, through_seq: int = 0) -> None: ...
+    @property
+    def summary_turns(self) -> int: ...
 
-    def mark_summarized(self, through_seq: int) -> None: ...
+    @property
+    def summarized_through_seq(self) -> int: ...
 
 
-class LiveStates(Protocol):
-    """The loaded session contexts (agent.session.LiveSessions)."""
+class SummaryTarget(Protocol):
+    """Where a summary goes: the session owner's port (agent.session.LiveSessions), which writes the store and
+    the loaded context together. The summariser never writes either itself."""
 
-    def peek(self, session_id: str) -> LiveState | None: ...
+    def peek(self, session_id: str) -> LiveState | None:
+        """The loaded context, to read, if any."""
+        ...
+
+    async def inject(self, session_id: str, summary: str, turns: int, through_seq: int,
+                     superseded: Callable[[], bool]) -> bool:
+        """Make ``summary`` the session's injected summary; False (and none stored) when ``superseded()`` turned
+        true while storing it."""
+        ...
+
+    async def mark_summarized(self, session_id: str, through_seq: int) -> None:
+        """Messages through ``through_seq`` are summarised; the summary stays."""
+        ...
+
+    async def reset_summary(self, session_id: str, through_seq: int) -> None:
+        """No injected summary; messages through ``through_seq`` summarised."""
+        ...

@@ -51,7 +51,7 @@ from memory.daily import DailyMemory, OnWritten, notify_written
 from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
 from store.models import utcnow
-from summaries.collaborators import ROUGH, LiveState, LiveStates, TextCounter
+from summaries.collaborators import ROUGH, LiveState, SummaryTarget, TextCounter
 from summaries.facts import CheckResult, check_summary, with_kept_lines
 from summaries.parts import summarise_entries
 from summaries.quotes import drop_invented_quotes
@@ -143,7 +143,7 @@ class Summarizer:
         store: ConversationStore,
         llm: BaseLLM,
         config: Callable[[], Config],
-        sessions: LiveStates | None,
+        sessions: SummaryTarget,
         daily: DailyMemory,
         retry: RetryPolicy = SUMMARY_CALL,
         concurrency: int = 4,
@@ -155,7 +155,7 @@ class Summarizer:
         self.store = store
         self.llm = llm
         self.config = config
-        #: the loaded session contexts, which get the injection live (agent.session.LiveSessions)
+        #: the session owner's port: a summary is stored and injected live through it (agent.session.LiveSessions)
         self.sessions = sessions
         self.daily = daily
         #: told when a summary becomes a session's injected summary (kind "injected"); may be set later
@@ -440,7 +440,7 @@ class Summarizer:
 
     # --- injection ---------------------------------------------------------------------------
     def _state(self, session_id: str) -> LiveState | None:
-        return self.sessions.peek(session_id) if self.sessions is not None else None
+        return self.sessions.peek(session_id)
 
     def _current_summary(self, record: SessionRecord) -> tuple[str | None, int]:
         """The summary the session has now: the live state's if loaded, else the stored one."""
@@ -457,26 +457,16 @@ class Summarizer:
         if self._superseded(job):
             await self._advance(job)
             return False
-        await self.store.set_summary(job.session_id, summary, turns, through_seq=job.through_seq)
-        if self._superseded(job):  # cleared while writing: a cleared context starts empty
-            await self.store.set_summary(job.session_id, None, 0, through_seq=job.through_seq)
+        if not await self.sessions.inject(job.session_id, summary, turns, job.through_seq,
+                                          lambda: self._superseded(job)):
             return False
-        state = self._state(job.session_id)
-        if state is not None:  # plain assignments on the event loop: no await, so no running turn sees half
-            state.set_summary(summary, turns, job.through_seq)
         await notify_written(self.on_written, job.session_id, "injected", summary, None)
         return True
 
     async def _advance(self, job: _Job) -> None:
         """Record that the job's messages are summarised, leaving the summary as it is."""
-        await self.store.set_summarized_through(job.session_id, job.through_seq)
-        state = self._state(job.session_id)
-        if state is not None:
-            state.mark_summarized(job.through_seq)
+        await self.sessions.mark_summarized(job.session_id, job.through_seq)
 
     async def _reset(self, job: _Job) -> None:
         """A clear job: keep the summary reset, even if a job queued before the clear injected one meanwhile."""
-        await self.store.set_summary(job.session_id, None, 0, through_seq=job.through_seq)
-        state = self._state(job.session_id)
-        if state is not None:
-            state.set_summary(None, 0, job.through_seq)
+        await self.sessions.reset_summary(job.session_id, job.through_seq)

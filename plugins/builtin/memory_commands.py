@@ -92,12 +92,9 @@ async def forget_command(request: CommandRequest) -> str:
         return FORGET_ASK_PRIVATE if private else FORGET_ASK
     services = request.services
     search = searcher(services)
-    state = await services.sessions.get(request.session)
-    async with state.lock:
-        report = await forget_session(services.store, search.index.memory, request.session_id)
-        state.reset(0)  # a turn already waiting for this lock holds this state: it must see nothing forgotten
-        services.sessions.forget(request.session_id)
-        search.forget(request.session_id)
+    report = await services.sessions.erase(
+        request.session_id, lambda: forget_session(services.store, search.index.memory, request.session_id))
+    search.forget(request.session_id)
     if private:  # the person's notes go too (DESIGN §1.6); they are written only here
         report.person_notes = await asyncio.to_thread(services.people.delete, request.user_key)
     await forget_in_channel(request)

@@ -239,11 +239,10 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
 
     async def keep(message: dict, text: str) -> int:  # as the dispatcher's: the answer and the reply together
         finals.append(text)
-        return await parts.append_answer(INFO.session_id, message, inbox_id, text)
+        return await state.add_answer(message, inbox_id, text)
 
     async with state.lock:
-        message = {"role": "user", "content": "hi"}
-        state.append(await parts.append_user(INFO.session_id, message, inbox_id), message)
+        await state.add_user({"role": "user", "content": "hi"}, inbox_id)
         result = await agent.run_turn(state, final=keep)
     assert result.text == f"half an answ\n\n{LENGTH_NOTE}" and finals == [result.text]
     # kept as the user sees it (with the note), stored as the model wrote it; the message stays pending

@@ -63,8 +63,7 @@ async def test_thirty_photos_stay_within_the_budget_and_a_restart_restores_words
                            "image": {"file": saved.file, "width": saved.width, "height": saved.height,
                                      "tokens": saved.tokens, "caption": True}}
                 async with state.lock:
-                    (seq,) = await store.append(INFO.session_id, [message])
-                    state.append(seq, message)
+                    await state.add_user(message)
                     assert counter.count_message(message) > PHOTO_TOKENS  # pending: counted as an image
                     result = await agent.run_turn(state)
                 assert result.outcome == "ok"

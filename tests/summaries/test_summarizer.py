@@ -48,7 +48,7 @@ class World:
         self.store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
         self.daily = DailyMemory(tmp_path / "memory", ZONE)
         self.llm = summary_llm
-        live = LiveSessions()
+        live = LiveSessions(self.store)
         self.summarizer = Summarizer(store=self.store, llm=summary_llm, config=self.config, sessions=live,
                                      daily=self.daily, retry=SUMMARY_CALL.but(first=0.0))
         self.sessions = SessionManager(self.store, self.config, self.summarizer, live=live)

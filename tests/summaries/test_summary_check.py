@@ -228,7 +228,7 @@ async def test_a_clear_during_the_injection_write_resets_the_stored_summary(tmp_
             await store_set(*args, **kw)
             if args[1] is not None:  # the injection's write: the context is cleared meanwhile
                 w.summarizer.note_cleared(A.session_id)
-                state.set_summary(None, 0)
+                await state.clear()
 
         w.store.set_summary = slow_set
         await w.summarizer.summarize_now(A.session_id, "trim", 1, 2)
@@ -273,7 +273,7 @@ async def first_reply(w: World, chat: FakeLLM, wait: float = 5.0):
     state = await w.sessions.get(A)
     (new,) = await w.store.load_messages(A.session_id, 15, 15)
     async with state.lock:
-        state.append(new.seq, new.message)
+        await state.resume(new.seq, new.message)
         await agent.run_turn(state)
     return state
 

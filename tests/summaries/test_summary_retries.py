@@ -13,6 +13,7 @@ import pytest
 import time_machine
 
 from agent.llm import OpenAILLM
+from agent.session import LiveSessions
 from core.retry import SUMMARY_CALL
 from summaries.summarizer import Summarizer
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -30,7 +31,8 @@ async def world(tmp_path: Path, server):
     """The summariser with its default retry policy over the default model client."""
     llm = OpenAILLM(api_key="k", base_url=server.base_url, model="m")
     w = await World(tmp_path, llm).open()
-    w.summarizer = Summarizer(store=w.store, llm=llm, config=w.config, sessions=None, daily=w.daily)
+    w.summarizer = Summarizer(store=w.store, llm=llm, config=w.config, sessions=LiveSessions(w.store),
+                              daily=w.daily)
     assert w.summarizer.retry == SUMMARY_CALL
     yield w
     await w.close()

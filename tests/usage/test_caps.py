@@ -210,7 +210,8 @@ async def test_a_summary_runs_past_a_cap_and_is_counted(tmp_path, server, db_url
             server.enqueue_text("Hello.", usage=U160)
             assert await bot.say("my cat is Tom") == "Hello."
             assert await bot.say("and my dog?") == BOT
-            summarizer = Summarizer(store=bot.store, llm=bot.llm, config=bot.holder, sessions=LiveSessions(),
+            summarizer = Summarizer(store=bot.store, llm=bot.llm, config=bot.holder,
+                                    sessions=LiveSessions(bot.store),
                                     daily=DailyMemory(tmp_path / "memory", BERLIN))
             await bot.store.ensure_session(SessionInfo("telegram:100", "telegram", "100", "100"))
             server.enqueue_text("- The user's cat is Tom.", usage={"prompt_tokens": 70, "completion_tokens": 9})

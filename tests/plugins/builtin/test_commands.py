@@ -106,10 +106,11 @@ async def test_context_summary_shows_the_summary_in_context_or_says_there_is_non
         assert await bot.say("/context summary") == NO_SUMMARY_REPLY
         await chat(bot, "one", "two")
         state = bot.sessions.peek(SID)
-        state.set_summary("- Alice lives in Lisbon\n- (kept) My cat is called Tom.", 1)
+        await bot.sessions.live.inject(SID, "- Alice lives in Lisbon\n- (kept) My cat is called Tom.", 1, 0,
+                                       lambda: False)
         assert await bot.say("/context summary") == (
             "Summary in context (1 earlier turn):\n\n- Alice lives in Lisbon\n- (kept) My cat is called Tom.")
-        state.set_summary(state.summary, 3)
+        await bot.sessions.live.inject(SID, state.summary, 3, 0, lambda: False)
         assert (await bot.say("/context  Summary ")).startswith("Summary in context (3 earlier turns):")
         assert len(bot.llm.history) == 2  # commands never reach the model
 
@@ -152,8 +153,7 @@ async def test_context_clear_skips_what_was_already_summarised(tmp_path):
     summarizer = FakeSummarizer()
     async with PluginBot(tmp_path, summarizer=summarizer) as bot:
         await chat(bot, "one", "two", "three")
-        await bot.store.set_summary(SID, "- one and two", 2, through_seq=4)
-        bot.sessions.peek(SID).mark_summarized(4)
+        await bot.sessions.live.inject(SID, "- one and two", 2, 4, lambda: False)
         assert await bot.say("/context clear") == "Context cleared. 1 turn was saved to memory."
         assert summarizer.submitted == [(SID, "clear", 5, 6)]
         assert (await bot.store.get_session(SID)).summary is None
