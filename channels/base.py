@@ -172,6 +172,12 @@ class BaseChannel(ABC):
     async def stop_intake(self) -> None:  # noqa: B027 - a default that does nothing, not an abstract method
         """Stop receiving; sending goes on. Only single receivers need it."""
 
+    async def settle_intake(self) -> None:
+        """Wait until every message handed over is journalled (``intake_settled``), shielded: a cancelled
+        stop still lets the journal finish. Await it before confirming messages to the platform."""
+        if self.intake_settled is not None:
+            await asyncio.shield(self.intake_settled())
+
     @abstractmethod
     async def stop(self) -> None:
         """Stop receiving and disconnect."""

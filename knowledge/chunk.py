@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from knowledge.parse import Block, Parsed
+from memory.index import cut_at_sentences
 
 #: The longest chunk, in characters: the local model's cost grows faster than a text's length (bench/knowledge.py),
 #: and a short passage is a precise citation and a small share of the turn's budget.
@@ -34,25 +35,6 @@ class Chunk:
         return f"{self.section}\n{self.text}" if self.section else self.text
 
 
-def _pieces(paragraph: str, limit: int) -> list[str]:
-    """A paragraph cut at sentence ends (hard, at a space, when a sentence is longer than ``limit``)."""
-    if len(paragraph) <= limit:
-        return [paragraph]
-    out: list[str] = []
-    rest = paragraph
-    while len(rest) > limit:
-        head = rest[:limit]
-        cut = max((m.end() for m in _SENTENCE_END.finditer(head) if 0 < m.end() < limit), default=0)
-        if cut < limit // 4:
-            space = head.rfind(" ")
-            cut = space if space > limit // 4 else limit
-        out.append(rest[:cut].strip())
-        rest = rest[cut:].strip()
-    if rest:
-        out.append(rest)
-    return out
-
-
 def _tail(text: str, limit: int) -> str:
     """The last whole sentences of ``text`` within ``limit`` characters ("" when even one is longer)."""
     if len(text) <= limit:
@@ -65,7 +47,7 @@ def _tail(text: str, limit: int) -> str:
 def _sentences(paragraph: str, limit: int) -> list[str]:
     """A paragraph's sentences, each cut to ``limit`` characters."""
     parts = [p.strip() for p in _SENTENCE_END.split(paragraph) if p and p.strip()]
-    return [piece for part in parts for piece in _pieces(part, limit)]
+    return [piece for part in parts for piece in cut_at_sentences(part, limit, _SENTENCE_END)]
 
 
 def chunk_block(block: Block, size: int = CHUNK_CHARS, overlap: int = OVERLAP_CHARS) -> list[Chunk]:

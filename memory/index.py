@@ -53,17 +53,27 @@ def chunk_text(text: str, max_chars: int = CHUNK_CHARS) -> list[str]:
         line = _BULLET.sub("", line).strip()
         if not line:
             continue
-        while len(line) > max_chars:
-            head = line[:max_chars]
-            cut = max((m.end() for m in _SENTENCE_END.finditer(head) if 0 < m.end() < max_chars), default=0)
-            if cut < max_chars // 4:
-                space = head.rfind(" ")
-                cut = space if space > max_chars // 4 else max_chars
-            chunks.append(line[:cut].strip())
-            line = line[cut:].strip()
-        if line:
-            chunks.append(line)
+        chunks.extend(cut_at_sentences(line, max_chars))
     return chunks
+
+
+def cut_at_sentences(text: str, limit: int, sentence_end: re.Pattern[str] = _SENTENCE_END) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters: cut after the last sentence end (``sentence_end``)
+    that keeps at least a quarter of ``limit``, else at a space, else hard. The knowledge base cuts its
+    paragraphs with it too, at its own sentence ends."""
+    pieces: list[str] = []
+    rest = text
+    while len(rest) > limit:
+        head = rest[:limit]
+        cut = max((m.end() for m in sentence_end.finditer(head) if 0 < m.end() < limit), default=0)
+        if cut < limit // 4:
+            space = head.rfind(" ")
+            cut = space if space > limit // 4 else limit
+        pieces.append(rest[:cut].strip())
+        rest = rest[cut:].strip()
+    if rest:
+        pieces.append(rest)
+    return pieces
 
 
 def date_of(source: str) -> str:

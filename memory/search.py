@@ -16,8 +16,9 @@ import logging
 import math
 import re
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -39,6 +40,8 @@ CACHED_SESSIONS = 64
 #: Passages of another embedding model (or stored without a vector) embedded again per background batch.
 REFRESH_BATCH = 64
 BM25_K1, BM25_B = 1.2, 0.75
+
+R = TypeVar("R")
 
 _WORD = re.compile(r"[^\W_]+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
@@ -86,39 +89,32 @@ class Passage:
 
 
 @dataclass
-class Corpus:
-    """One session's passages, their BM25 postings and the vectors of the current model."""
+class RankedCorpus(Generic[R]):
+    """Rows ranked two ways: BM25 over their words' postings, and cosine similarity of their vectors (float32
+    rows, for the rows listed in ``vector_rows``). Memory's :class:`Corpus` and the knowledge base's
+    ``KnowledgeCorpus`` each build one from their own rows."""
 
-    rows: list[ChunkRow]
+    rows: list[R]
     model: str
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     vector_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
-    @classmethod
-    def build(cls, rows: list[ChunkRow], model: str) -> Corpus:
-        """Index ``rows``: postings for every term; the vectors stored by ``model`` as one matrix."""
-        corpus = cls(rows=rows, model=model)
+    def index_words(self, texts: Iterable[str]) -> None:
+        """Postings for every term of each row's text (``texts``, one per row, in order)."""
         lists: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-        lengths = np.zeros(len(rows), dtype=np.float32)
-        for i, row in enumerate(rows):
-            counts = Counter(terms(row.text))
+        lengths = np.zeros(len(self.rows), dtype=np.float32)
+        for i, text in enumerate(texts):
+            counts = Counter(terms(text))
             lengths[i] = sum(counts.values())
             for term, tf in counts.items():
                 docs, tfs = lists[term]
                 docs.append(i)
                 tfs.append(tf)
-        corpus.postings = {t: (np.array(d, dtype=np.int64), np.array(f, dtype=np.float32))
-                           for t, (d, f) in lists.items()}
-        corpus.lengths = lengths
-        picked = [i for i, r in enumerate(rows) if model and r.model == model and r.vector is not None]
-        if picked:
-            dim = rows[picked[0]].dim
-            picked = [i for i in picked if rows[i].dim == dim]
-            corpus.vector_rows = np.array(picked, dtype=np.int64)
-            corpus.vectors = from_bytes([rows[i].vector for i in picked], dim)  # type: ignore[misc]
-        return corpus
+        self.postings = {t: (np.array(d, dtype=np.int64), np.array(f, dtype=np.float32))
+                         for t, (d, f) in lists.items()}
+        self.lengths = lengths
 
     def keyword_ranking(self, query: str, limit: int = CANDIDATES) -> list[int]:
         """Row positions by BM25 score, best first, only those sharing a term with the query."""
@@ -145,6 +141,23 @@ class Corpus:
         # contends with the bot's other threads on a busy machine.
         sims = np.einsum("ij,j->i", self.vectors, query_vector.astype(np.float32))
         return [int(self.vector_rows[i]) for i in top(sims, limit, above=MIN_SIMILARITY)]
+
+
+class Corpus(RankedCorpus[ChunkRow]):
+    """One session's passages, their BM25 postings and the vectors of the current model."""
+
+    @classmethod
+    def build(cls, rows: list[ChunkRow], model: str) -> Corpus:
+        """Index ``rows``: postings for every term; the vectors stored by ``model`` as one matrix."""
+        corpus = cls(rows=rows, model=model)
+        corpus.index_words(row.text for row in rows)
+        picked = [i for i, r in enumerate(rows) if model and r.model == model and r.vector is not None]
+        if picked:
+            dim = rows[picked[0]].dim
+            picked = [i for i in picked if rows[i].dim == dim]
+            corpus.vector_rows = np.array(picked, dtype=np.int64)
+            corpus.vectors = from_bytes([rows[i].vector for i in picked], dim)  # type: ignore[misc]
+        return corpus
 
 
 class MemorySearch:

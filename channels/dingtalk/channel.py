@@ -33,7 +33,6 @@ import contextlib
 import json
 import logging
 import re
-import threading
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ from dingtalk_stream.utils import DINGTALK_OPENAPI_ENDPOINT
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
+from channels.sdk_thread import SdkThread
 from channels.text import split_text
 from core.errors import BotError
 from core.messages import IncomingMessage
@@ -165,11 +165,11 @@ class DingTalkChannel(BaseChannel):
         self._session: aiohttp.ClientSession | None = None
         self._token: tuple[str, float] = ("", 0.0)
         self._token_lock = asyncio.Lock()
-        self._thread: threading.Thread | None = None
-        self._sdk_loop: asyncio.AbstractEventLoop | None = None
+        #: dingtalk-stream's thread (its own loop); stop_intake stops that loop
+        self._sdk = SdkThread("dingtalk-stream", self._run_sdk, lambda loop: loop.call_soon_threadsafe(loop.stop),
+                              logger=logger, what="dingtalk: the Stream thread", join_timeout_s=JOIN_TIMEOUT_S)
         self._sdk_task: asyncio.Task | None = None
         self._client: dingtalk_stream.DingTalkStreamClient | None = None
-        self._stopping = threading.Event()
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self, intake: bool = True) -> None:
@@ -202,27 +202,14 @@ class DingTalkChannel(BaseChannel):
         """Open the Stream connection in the SDK's thread."""
         if not self.active:
             return False
-        if self._thread is None:
-            self._stopping.clear()
-            self._thread = threading.Thread(target=self._run_sdk, name="dingtalk-stream", daemon=True)
-            self._thread.start()
+        if self._sdk.start():
             logger.info("dingtalk: receiving messages (Stream mode, %s)", self.endpoint)
         return True
 
     async def stop_intake(self) -> None:
         """Close the Stream connection; what was received is journalled first."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stopping.set()
-            sdk_loop = self._sdk_loop
-            if sdk_loop is not None and not sdk_loop.is_closed():
-                with contextlib.suppress(RuntimeError):
-                    sdk_loop.call_soon_threadsafe(sdk_loop.stop)
-            await asyncio.to_thread(thread.join, JOIN_TIMEOUT_S)
-            if thread.is_alive():
-                logger.warning("dingtalk: the Stream thread did not end within %.0f s", JOIN_TIMEOUT_S)
-        if self.intake_settled is not None:
-            await asyncio.shield(self.intake_settled())
+        await self._sdk.stop()
+        await self.settle_intake()
 
     async def stop(self) -> None:
         try:
@@ -233,16 +220,11 @@ class DingTalkChannel(BaseChannel):
             if session is not None:
                 await session.close()
 
-    def _run_sdk(self) -> None:
+    def _run_sdk(self, loop: asyncio.AbstractEventLoop) -> None:
         """The SDK's thread: its own loop running the Stream client until stopped."""
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        loop.set_exception_handler(
-            lambda lp, context: None if self._stopping.is_set() else lp.default_exception_handler(context))
-        self._sdk_loop = loop
 
         def not_while_stopping(record: logging.LogRecord) -> bool:
-            return not self._stopping.is_set()  # the SDK logs the close at stop as a network error
+            return not self._sdk.stopping.is_set()  # the SDK logs the close at stop as a network error
 
         sdk_logger.addFilter(not_while_stopping)
         credential = dingtalk_stream.Credential(self.config.dingtalk_client_id, self.config.dingtalk_client_secret)
@@ -268,8 +250,6 @@ class DingTalkChannel(BaseChannel):
                     t.cancel()
                 with contextlib.suppress(Exception):
                     loop.run_until_complete(asyncio.wait(pending, timeout=0.5))
-            loop.close()
-            self._sdk_loop = None
             sdk_logger.removeFilter(not_while_stopping)
 
     # --- sending --------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
 from channels.base import BaseChannel
 from channels.feishu.api import MESSAGE_LIMIT, RETRYABLE_CODES, FeishuAPI, FeishuError, credential_problem, domain_url
 from channels.registry import register_channel
+from channels.sdk_thread import SdkThread
 from channels.text import split_text
 from core.messages import IncomingMessage, ReplyStream
 
@@ -140,10 +141,10 @@ class FeishuChannel(BaseChannel):
         self.edit_interval = 0.6
         self.active = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ws_loop: asyncio.AbstractEventLoop | None = None
+        #: lark-oapi's thread (its own loop, in the module global the SDK reads)
+        self._sdk = SdkThread("feishu-ws", self._run_ws, self._interrupt_ws, logger=logger,
+                              what="feishu: the connection thread", join_timeout_s=JOIN_TIMEOUT_S)
         self._ws: Any = None
-        self._stopping = threading.Event()
         #: the "Typing" reaction on each message being answered: message id -> reaction id
         self._reactions: dict[str, str] = {}
         self._names: dict[str, str] = {}
@@ -177,27 +178,14 @@ class FeishuChannel(BaseChannel):
         """Open the long connection in the SDK's thread."""
         if not self.active:
             return False
-        if self._thread is None:
-            self._stopping.clear()
-            self._thread = threading.Thread(target=self._run_ws, name="feishu-ws", daemon=True)
-            self._thread.start()
+        if self._sdk.start():
             logger.info("feishu: receiving messages (long connection to %s)", self.domain)
         return True
 
     async def stop_intake(self) -> None:
         """Close the long connection; what was received is journalled first."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stopping.set()
-            ws_loop = self._ws_loop
-            if ws_loop is not None and not ws_loop.is_closed():
-                with contextlib.suppress(RuntimeError):
-                    asyncio.run_coroutine_threadsafe(self._close_ws(), ws_loop)
-            await asyncio.to_thread(thread.join, JOIN_TIMEOUT_S)
-            if thread.is_alive():
-                logger.warning("feishu: the connection thread did not end within %.0f s", JOIN_TIMEOUT_S)
-        if self.intake_settled is not None:
-            await asyncio.shield(self.intake_settled())
+        await self._sdk.stop()
+        await self.settle_intake()
 
     async def stop(self) -> None:
         """Stop receiving; sending needs no connection."""
@@ -205,6 +193,10 @@ class FeishuChannel(BaseChannel):
             await self.stop_intake()
         finally:
             self.active = False
+
+    def _interrupt_ws(self, ws_loop: asyncio.AbstractEventLoop) -> None:
+        """On the bot's loop, at stop: close the connection on the SDK's loop."""
+        asyncio.run_coroutine_threadsafe(self._close_ws(), ws_loop)
 
     async def _close_ws(self) -> None:
         """On the SDK's loop: no reconnect, close the WebSocket, stop the loop."""
@@ -216,21 +208,15 @@ class FeishuChannel(BaseChannel):
         finally:
             asyncio.get_running_loop().stop()
 
-    def _run_ws(self) -> None:
+    def _run_ws(self, loop: asyncio.AbstractEventLoop) -> None:
         """The SDK's thread: its own loop, the client, until stopped."""
         import lark_oapi as lark
         import lark_oapi.ws.client as ws_client
 
-        _quiet_sdk_logger(self._stopping)
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
+        _quiet_sdk_logger(self._sdk.stopping)
         orphan, ws_client.loop = ws_client.loop, loop  # the SDK runs on this module global (module docstring)
         if orphan is not loop and not orphan.is_running() and not orphan.is_closed():
             orphan.close()  # the loop the SDK made for itself when imported, never used
-        self._ws_loop = loop
-        # the SDK's tasks end with errors when the connection is closed at stop: not worth a traceback then
-        loop.set_exception_handler(
-            lambda lp, context: None if self._stopping.is_set() else lp.default_exception_handler(context))
         handler = (lark.EventDispatcherHandler.builder("", "")
                    .register_p2_im_message_receive_v1(self._on_event).build())
         self._ws = ws_client.Client(self.config.feishu_app_id, self.config.feishu_app_secret,
@@ -238,10 +224,10 @@ class FeishuChannel(BaseChannel):
         try:
             self._ws.start()
         except RuntimeError:
-            if not self._stopping.is_set():
+            if not self._sdk.stopping.is_set():
                 logger.exception("feishu: the long connection stopped")
         except Exception as exc:  # noqa: BLE001 - nothing in this thread may take the bot down
-            if not self._stopping.is_set():
+            if not self._sdk.stopping.is_set():
                 reason = f"the long connection failed ({type(exc).__name__}: {exc})"
                 logger.error("feishu: %s; check that events are received over the long connection "
                              "(Events & Callbacks) and the app is published", reason)
@@ -251,8 +237,6 @@ class FeishuChannel(BaseChannel):
                 task.cancel()
             with contextlib.suppress(Exception):
                 loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
-            self._ws_loop = None
 
     def _call_on_loop(self, fn: Any, *args: Any) -> None:
         loop = self._loop

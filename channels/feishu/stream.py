@@ -16,8 +16,9 @@ import logging
 from typing import Protocol
 
 from channels.feishu.api import MESSAGE_LIMIT, FeishuAPI
+from channels.stream import PumpedReplyStream
 from channels.text import cut_point, split_text
-from core.messages import IncomingMessage, ReplyStream
+from core.messages import IncomingMessage
 
 
 class CardChannel(Protocol):
@@ -46,15 +47,13 @@ FIRST_CHARS = 40
 FIRST_HOLD = 0.5
 
 
-class FeishuReplyStream(ReplyStream):
+class FeishuReplyStream(PumpedReplyStream):
     """One streamed reply in one chat (see the module docstring)."""
 
     def __init__(self, channel: CardChannel, to: IncomingMessage) -> None:
+        super().__init__()
         self.channel = channel
         self.to = to
-        self._lock = asyncio.Lock()
-        self._wake = asyncio.Event()
-        self._pump: asyncio.Task | None = None
         #: the question the first card replies to (in groups), "" once it is sent
         self._reply_to = channel.reply_to(to)
         self._reset()
@@ -72,9 +71,7 @@ class FeishuReplyStream(ReplyStream):
         if self._closed:
             return
         self.text = text
-        if self._pump is None:
-            self._pump = asyncio.create_task(self._run(), name=f"feishu:stream:{self.to.chat_id}")
-        self._wake.set()
+        self._wake_pump(f"feishu:stream:{self.to.chat_id}")
 
     async def discard(self) -> None:
         """Complete what was shown to the last pushed text; a later push starts a new card."""
@@ -117,14 +114,8 @@ class FeishuReplyStream(ReplyStream):
                     continue
                 # The first card waits for FIRST_CHARS characters or FIRST_HOLD seconds: a short answer goes out
                 # whole, and a remark before tool calls ("let me check") is usually never shown.
-                while self.message_id is None and self.start == 0 and len(self.text) < FIRST_CHARS:
-                    left = first_at + FIRST_HOLD - loop.time()
-                    if left <= 0:
-                        break
-                    self._wake.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(left):
-                            await self._wake.wait()
+                if self.message_id is None and self.start == 0:
+                    await self._hold_first(first_at, FIRST_CHARS, FIRST_HOLD)
                 async with self._lock:
                     if self._closed:
                         return
@@ -134,16 +125,6 @@ class FeishuReplyStream(ReplyStream):
             raise
         except Exception:  # noqa: BLE001 - the final answer still comes; only the live view stops
             logger.exception("feishu: a streamed reply could not be updated")
-
-    async def _stop_pump(self) -> None:
-        """Stop the pump between two of its calls (it is cancelled while this holds the lock)."""
-        self._closed = True
-        pump, self._pump = self._pump, None
-        if pump is None:
-            return
-        async with self._lock:
-            pump.cancel()
-        await asyncio.gather(pump, return_exceptions=True)
 
     async def _show(self) -> None:
         """Bring the chat up to the latest text; complete cards that are full."""

@@ -313,8 +313,7 @@ class TelegramChannel(BaseChannel):
                 # Left over only if confirming failed: hand them over all the same (Telegram sends them again).
                 while not updater.update_queue.empty():
                     self._take(updater.update_queue.get_nowait())
-            if self.intake_settled is not None:
-                await asyncio.shield(self.intake_settled())
+            await self.settle_intake()
 
     async def stop(self) -> None:
         """Stop receiving and disconnect; safe to call twice or after a failed start."""
@@ -336,10 +335,9 @@ class TelegramChannel(BaseChannel):
         updater = self.updater
         if updater is not None:
             await updater.update_queue.join()
-        if self.intake_settled is not None:
-            # PTB cancels a waiting poll when polling stops; the cancellation must not reach the journal
-            # writes this waits for (gathered, they would be cancelled too, and the messages lost).
-            await asyncio.shield(self.intake_settled())
+        # PTB cancels a waiting poll when polling stops; the cancellation must not reach the journal
+        # writes this waits for (gathered, they would be cancelled too, and the messages lost): shielded.
+        await self.settle_intake()
 
     async def _consume(self, updates: asyncio.Queue[object]) -> None:
         """Take the updates in the order the updater queued them."""

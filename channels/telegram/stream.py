@@ -25,10 +25,11 @@ from typing import Any
 
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
+from channels.stream import PumpedReplyStream
 from channels.telegram.markdown import escape
 from channels.telegram.sender import Sender, retry_seconds, send_or_edit_html
 from channels.telegram.text import MAX_MESSAGE_LENGTH, render_chunks, render_piece, utf16_len
-from core.messages import IncomingMessage, ReplyStream
+from core.messages import IncomingMessage
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,15 @@ FIRST_CHARS = 40
 FIRST_HOLD = 0.5
 
 
-class TelegramReplyStream(ReplyStream):
+class TelegramReplyStream(PumpedReplyStream):
     """One streamed reply in one chat (see the module docstring)."""
 
     def __init__(self, channel: Sender, to: IncomingMessage) -> None:
+        super().__init__()
         self.channel = channel
         self.to = to
         self.chat_id = int(to.chat_id)
         self._base, self._reply = channel.send_options(to)
-        self._lock = asyncio.Lock()
-        self._wake = asyncio.Event()
-        self._pump: asyncio.Task | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -71,9 +70,7 @@ class TelegramReplyStream(ReplyStream):
         self.text = text
         if self._first_at is None:
             self._first_at = asyncio.get_running_loop().time()
-        if self._pump is None:
-            self._pump = asyncio.create_task(self._run(), name=f"telegram:stream:{self.chat_id}")
-        self._wake.set()
+        self._wake_pump(f"telegram:stream:{self.chat_id}")
 
     async def discard(self) -> None:
         """Complete what was shown to the last pushed text; a later push starts a new message."""
@@ -109,14 +106,7 @@ class TelegramReplyStream(ReplyStream):
                     continue
                 if self.message_id is None and self.start == 0:
                     # Hold the first message briefly (see the module docstring).
-                    while len(self.text) < FIRST_CHARS:
-                        left = (self._first_at or loop.time()) + FIRST_HOLD - loop.time()
-                        if left <= 0:
-                            break
-                        self._wake.clear()
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(left):
-                                await self._wake.wait()
+                    await self._hold_first(self._first_at or loop.time(), FIRST_CHARS, FIRST_HOLD)
                     self.channel.edit_slot(self.chat_id, self.to.is_group)  # a send counts toward the pace
                 else:
                     await asyncio.sleep(self.channel.edit_slot(self.chat_id, self.to.is_group))
@@ -128,23 +118,6 @@ class TelegramReplyStream(ReplyStream):
             raise
         except Exception:  # noqa: BLE001 - the final edit still comes; only the live view stops
             logger.exception("telegram: a streamed reply could not be updated")
-
-    async def _stop_pump(self) -> None:
-        """Stop the pump between two of its calls, never in the middle of one.
-
-        It is cancelled while this holds the lock (so it is not inside a call), and awaited after the
-        lock is released: a pump whose cancellation was swallowed all the same (the pump's waits use
-        ``asyncio.timeout``, since ``asyncio.wait_for`` in Python 3.11 swallows one that meets the end of
-        its wait) would then take the lock, see ``_closed`` and return, instead of waiting for a lock its
-        awaiter holds.
-        """
-        self._closed = True
-        pump, self._pump = self._pump, None
-        if pump is None:
-            return
-        async with self._lock:
-            pump.cancel()
-        await asyncio.gather(pump, return_exceptions=True)
 
     async def _show(self) -> None:
         """Bring the chat up to the latest text, as plain text; finish messages that are full."""

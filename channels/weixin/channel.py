@@ -270,8 +270,7 @@ class WeixinChannel(BaseChannel):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self.intake_settled is not None:
-            await asyncio.shield(self.intake_settled())
+        await self.settle_intake()
         held, self._held_tasks = self._held_tasks, set()
         for pending in held:
             pending.cancel()
@@ -387,8 +386,7 @@ class WeixinChannel(BaseChannel):
             if updates.hold_s is not None:
                 self.hold_s = updates.hold_s
             taken = [msg for msg in (self._take(raw) for raw in updates.msgs) if msg is not None]
-            if self.intake_settled is not None:
-                await asyncio.shield(self.intake_settled())
+            await self.settle_intake()
             if updates.cursor and updates.cursor != self.cursor:
                 self.cursor = updates.cursor
                 self.files.save_cursor(updates.cursor, self._tokens)
