@@ -22,6 +22,11 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+#: every bot started and not stopped yet, so a test that fails before its stop does not leave its process running
+#: into the rest of the suite (tests/e2e/conftest.py ends them after each test)
+RUNNING: set[BotProcess] = set()
+
+
 class BotProcess:
     """``app.py`` in a subprocess, with its output in files under the config folder.
 
@@ -60,6 +65,7 @@ class BotProcess:
         self._err = open(self.stderr_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err,
                                      cwd=self.folder, env={**clean_env(), **self.extra_env})
+        RUNNING.add(self)
         if wait_for_log:
             self.wait_for_log(wait_for_log, timeout)
         return self
@@ -96,6 +102,7 @@ class BotProcess:
                 self.proc.wait()
             self._out.close()
             self._err.close()
+            RUNNING.discard(self)
         return code
 
     def kill(self) -> None:
