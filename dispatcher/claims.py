@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from agent.session import SessionManager
@@ -34,7 +35,7 @@ from core.messages import IncomingMessage
 from core.records import PendingIncoming
 from dispatcher.intake import RecentIds, Stage, WorkItem
 from dispatcher.outbox import Outbox
-from dispatcher.resume import resumed_item
+from dispatcher.resume import answering, resumed_item
 from store.conversations import ConversationStore, database_unavailable
 from store.locks import Locks
 
@@ -62,6 +63,8 @@ class ClaimHost(Protocol):
     outbox: Outbox
     recent: RecentIds
     config: Callable[[], Config]
+    #: when this process started (a message sent before it is answered after a restart, with its question shown)
+    started_at: datetime
 
     @property
     def channels(self) -> Mapping[str, BaseChannel]: ...
@@ -168,6 +171,8 @@ class SessionClaims:
         if channel is None:
             return None
         self.d.recent.add(msg.channel, msg.message_id)
+        if msg.time.tzinfo is not None and msg.time < self.d.started_at:
+            msg = answering(msg, channel)  # sent before this process started: its answer comes after a restart
         item = await resumed_item(self.d.store, self.d.config(), channel, row, msg)
         item.reply = row.reply
         return item

@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent
@@ -106,6 +107,8 @@ class Dispatcher:
         self.steps: tuple[Step, ...] = STEPS
         self.db_retry_delay = DB_RETRY_DELAY
         self.recent = RecentIds()
+        #: when this process started: a journalled message older than that is answered after a restart
+        self.started_at = datetime.now(UTC)
         #: what groups say without asking the bot (DESIGN §1.3)
         self.background = GroupBackground(store)
         self._stopping = False

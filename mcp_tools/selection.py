@@ -199,11 +199,9 @@ class McpToolSelector:
 
     async def select(self, registry: ToolRegistry, query: ToolQuery) -> ToolSet:
         """The tools this turn offers (every one while they fit in ``tools_window_share`` of the window)."""
-        base = registry.tools()
-        extra = self.manager.tools_for(query.info)
-        if not extra:
-            return ToolSet(base)
-        tools = base + extra
+        # The built-in tools count too: on a small window (a local server's 2,048 tokens) their schemas alone take
+        # half of it, and the answer would have no room left (DESIGN §13 narrows any tools past the share).
+        tools = registry.tools() + self.manager.tools_for(query.info)
         budget = int(self.config().tools_window_share * query.window) if query.window > 0 else 0
 
         def cost(tool: Tool) -> int:
