@@ -13,6 +13,10 @@ from tests.fakes.bot_process import BotProcess
 from tests.fakes.cluster import fresh_schema
 from tests.fakes.dingtalk_server import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.push_scenarios import (
+    kill_9_mid_turn_is_answered_once_after_restart,
+    one_process_receives_and_the_other_takes_over,
+)
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
@@ -37,62 +41,55 @@ def user_texts(llm: FakeOpenAIServer) -> list[str]:
     return [[m for m in r["messages"] if m["role"] == "user"][-1]["content"] for r in llm.requests]
 
 
-def test_private_group_redelivery_and_a_long_answer(servers, tmp_path):
-    dt, llm = servers
-    bot = bot_for(tmp_path, dt, llm).start()
-    try:
-        first = dt.push_text("cid_alice", "hello")
-        assert dt.wait_texts("cid_alice", 1) == ["echo: hello"]
-        # a group: DingTalk delivers only @-mentions to a bot; one that is not (as a client may still send) is
-        # kept as background, the mention is answered with it
-        dt.push_text("cid_team", "I propose Berlin", staff_id="carol01", nick="Carol", group="Team")
-        dt.push_text("cid_team", "what do you think?", staff_id="bob01", nick="Bob", group="Team", at_bot=True)
-        assert len(dt.wait_texts("cid_team", 1)) == 1
-        asked = user_texts(llm)[-1]
-        assert "Carol] I propose Berlin" in asked and asked.endswith("[Bob] what do you think?")
-        assert len(llm.requests) == 2
-        dt.redeliver(first)
-        dt.wait_acked(first, 2)
-        answer = "\n\n".join(f"part {i} " + "x" * 990 for i in range(8))
-        llm.enqueue_text(answer)
-        dt.push_text("cid_alice", "a long one please")
-        pieces = dt.wait_texts("cid_alice", 3)[1:]
-        assert len(pieces) == 2 and all(len(p) <= 4000 for p in pieces)
-        assert "\n\n".join(pieces) == answer
-        time.sleep(0.5)
-        assert dt.texts("cid_alice")[0] == "echo: hello" and len(dt.texts("cid_alice")) == 3
-        assert all(s.msg_key == "sampleMarkdown" for s in dt.sent)
-        # a reminder arrives in the chat it was set in (the robot API: no session webhook needed)
-        dt.push_text("cid_alice", "/remind in 2s stand up")
-        assert dt.wait_texts("cid_alice", 4)[3].startswith("OK, I'll remind you ")
-        assert dt.wait_texts("cid_alice", 5)[4] == "⏰ Reminder: stand up"
-    finally:
-        assert bot.stop() == 0
-    logged = bot.log() + (tmp_path / "data" / "bot.log").read_text()
-    assert "duplicate dingtalk message" in logged
-    assert "Traceback" not in bot.log() and CLIENT_SECRET not in logged
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One bot for the tests that need no fresh process (a start costs seconds); each writes in chats of its own
+    and counts its own requests. Its whole log is checked when it stops."""
+    folder = tmp_path_factory.mktemp("dingtalk")
+    with FakeDingTalk() as dt, FakeOpenAIServer() as llm:
+        bot = bot_for(folder, dt, llm).start()
+        try:
+            yield dt, llm, bot
+        finally:
+            assert bot.stop() == 0
+        logged = bot.log() + (folder / "data" / "bot.log").read_text()
+        assert "duplicate dingtalk message" in logged
+        assert "Traceback" not in bot.log() and CLIENT_SECRET not in logged
+
+
+def test_private_group_redelivery_and_a_long_answer(shared):
+    dt, llm, _ = shared
+    before = len(llm.requests)
+    first = dt.push_text("cid_alice", "hello")
+    assert dt.wait_texts("cid_alice", 1) == ["echo: hello"]
+    # a group: DingTalk delivers only @-mentions to a bot; one that is not (as a client may still send) is
+    # kept as background, the mention is answered with it
+    dt.push_text("cid_team", "I propose Berlin", staff_id="carol01", nick="Carol", group="Team")
+    dt.push_text("cid_team", "what do you think?", staff_id="bob01", nick="Bob", group="Team", at_bot=True)
+    assert len(dt.wait_texts("cid_team", 1)) == 1
+    asked = user_texts(llm)[-1]
+    assert "Carol] I propose Berlin" in asked and asked.endswith("[Bob] what do you think?")
+    assert len(llm.requests) == before + 2
+    dt.redeliver(first)
+    dt.wait_acked(first, 2)
+    answer = "\n\n".join(f"part {i} " + "x" * 990 for i in range(8))
+    llm.enqueue_text(answer)
+    dt.push_text("cid_alice", "a long one please")
+    pieces = dt.wait_texts("cid_alice", 3)[1:]
+    assert len(pieces) == 2 and all(len(p) <= 4000 for p in pieces)
+    assert "\n\n".join(pieces) == answer
+    time.sleep(0.5)
+    assert dt.texts("cid_alice")[0] == "echo: hello" and len(dt.texts("cid_alice")) == 3
+    assert all(s.msg_key == "sampleMarkdown" for s in dt.sent)
+    # a reminder arrives in the chat it was set in (the robot API: no session webhook needed)
+    dt.push_text("cid_alice", "/remind in 2s stand up")
+    assert dt.wait_texts("cid_alice", 4)[3].startswith("OK, I'll remind you ")
+    assert dt.wait_texts("cid_alice", 5)[4] == "⏰ Reminder: stand up"
 
 
 def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
     dt, llm = servers
-    bot = bot_for(tmp_path, dt, llm).start()
-    dt.push_text("cid_alice", "first")
-    dt.wait_texts("cid_alice", 1)
-    llm.latency = 5.0
-    requests = len(llm.requests)
-    slow = dt.push_text("cid_alice", "slow")
-    llm.wait_for_requests(requests + 1, timeout=15)
-    dt.wait_acked(slow)
-    bot.kill()
-    llm.latency = 0.0
-    bot.start()
-    dt.push_text("cid_alice", "after")
-    dt.wait_texts("cid_alice", 3)
-    time.sleep(1.0)
-    # the resumed answer shows the question it answers
-    assert dt.texts("cid_alice") == ["echo: first", "> slow\n\necho: slow", "echo: after"]
-    assert dt.deliveries[dt.frames_of[slow]] == 1
-    assert bot.stop() == 0
+    kill_9_mid_turn_is_answered_once_after_restart(dt, llm, bot_for(tmp_path, dt, llm).start(), "cid_alice")
 
 
 def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
@@ -117,52 +114,21 @@ def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_kille
             (tmp_path / f"bot{i}").mkdir()
             bots.append(bot_for(tmp_path / f"bot{i}", dt, llm, data_dir=str(tmp_path / "data"), db_url=db_url,
                                 web_console_port=0))
-        for bot in bots:
-            bot.start(wait_for_log=None)
-        try:
-            for bot in bots:
-                bot.wait_for_log("INFO app: ready:", 60)
-            for text in ("one", "two"):
-                dt.push_text("cid_alice", text)
-            assert dt.wait_texts("cid_alice", 2) == ["echo: one", "echo: two"]
-            receiving = "dingtalk: receiving messages"
-            dt.wait(lambda: sum(receiving in b.log() for b in bots) == 1, 30, "one process receiving")
-            assert dt.connections == 1
-            leader = next(i for i, b in enumerate(bots) if receiving in b.log())
-            llm.latency = 5.0
-            requests = len(llm.requests)
-            slow = dt.push_text("cid_alice", "slow")
-            llm.wait_for_requests(requests + 1, timeout=15)
-            dt.wait_acked(slow)
-            bots[leader].kill()
-            llm.latency = 0.0
-            bots[1 - leader].wait_for_log(receiving, 60)
-            dt.push_text("cid_alice", "after")
-            dt.wait_texts("cid_alice", 4, timeout=60)
-            time.sleep(1.0)
-            assert dt.texts("cid_alice") == ["echo: one", "echo: two", "echo: slow", "echo: after"]
-        finally:
-            for bot in bots:
-                if bot.pid is not None:
-                    bot.stop()
+        one_process_receives_and_the_other_takes_over(dt, llm, bots, "cid_alice", "dingtalk: receiving messages")
 
 
-def test_pictures_and_voice_messages_from_dingtalk(tmp_path):
+def test_pictures_and_voice_messages_from_dingtalk(shared):
     """A picture is fetched through the robot's file API and shown to the model; a voice message is read from
     DingTalk's own transcript."""
     from tests.media.harness import image_parts, jpeg
 
-    with FakeDingTalk() as dt, FakeOpenAIServer(model="gpt-4o-mini") as llm:
-        bot = bot_for(tmp_path, dt, llm, model="gpt-4o-mini").start()
-        try:
-            llm.enqueue_text("A plain red square.")
-            dt.push_picture("cid_alice", jpeg())
-            assert dt.wait_texts("cid_alice", 1) == ["A plain red square."]
-            parts = image_parts(llm.requests[0])
-            assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
-            dt.push_audio("cid_alice", "明天下午三点开会")
-            assert dt.wait_texts("cid_alice", 2)[1] == '(heard: "明天下午三点开会")\n\necho: 明天下午三点开会'
-            assert llm.transcriptions == []
-        finally:
-            assert bot.stop() == 0
-        assert "Traceback" not in bot.log()
+    dt, llm, _ = shared
+    before, heard = len(llm.requests), len(llm.transcriptions)
+    llm.enqueue_text("A plain red square.")
+    dt.push_picture("cid_dave", jpeg(), staff_id="dave01", nick="Dave")
+    assert dt.wait_texts("cid_dave", 1) == ["A plain red square."]
+    parts = image_parts(llm.requests[before])
+    assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    dt.push_audio("cid_dave", "明天下午三点开会", staff_id="dave01", nick="Dave")
+    assert dt.wait_texts("cid_dave", 2)[1] == '(heard: "明天下午三点开会")\n\necho: 明天下午三点开会'
+    assert llm.transcriptions[heard:] == []

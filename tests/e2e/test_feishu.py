@@ -14,6 +14,10 @@ from tests.fakes.bot_process import BotProcess
 from tests.fakes.cluster import fresh_schema
 from tests.fakes.feishu_server import APP_ID, APP_SECRET, FakeFeishu
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.push_scenarios import (
+    kill_9_mid_turn_is_answered_once_after_restart,
+    one_process_receives_and_the_other_takes_over,
+)
 from tests.fakes.telegram_api import FakeTelegramAPI
 
 TEST_DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
@@ -39,76 +43,71 @@ def user_texts(llm: FakeOpenAIServer) -> list[str]:
     return [[m for m in r["messages"] if m["role"] == "user"][-1]["content"] for r in llm.requests]
 
 
-def test_private_group_background_redelivery_long_and_streamed_answers(servers, tmp_path):
-    fs, llm = servers
-    bot = start_bot(tmp_path, fs, llm)
-    try:
-        llm.latency = 1.0  # a turn long enough for the "Typing" reaction to show
-        first = fs.push_text("oc_alice", "hello")
-        assert fs.wait_texts("oc_alice", 1) == ["echo: hello"]
-        llm.latency = 0.0
-        assert (first, "Typing") in fs.reacted
-        fs.wait(lambda: not fs.reactions, 10, "the reaction taken off with the answer")
-        # a group: a message without a trigger is kept as background, an @-mention is answered with it
-        fs.push_text("oc_team", "I propose Berlin", sender="ou_carol", group=True)
-        question = fs.push_text("oc_team", "what do you think?", sender="ou_bob", group=True, mention_bot=True)
-        fs.wait_texts("oc_team", 1)
-        assert fs.messages_in("oc_team")[0].reply_to == question
-        asked = user_texts(llm)[-1]
-        assert asked.startswith(HEADER) and "Carol] I propose Berlin" in asked
-        assert asked.endswith("[Bob] what do you think?")
-        assert len(llm.requests) == 2, "the untriggered message was not answered"
-        # Feishu delivers the first event again: taken, not answered twice
-        fs.redeliver(first)
-        fs.wait_acked(first, 2)
-        # an 8,000-character answer: cards in order, each within the limit
-        answer = "\n\n".join(f"part {i} " + "x" * 990 for i in range(8))
-        llm.enqueue_text(answer)
-        fs.push_text("oc_alice", "a long one please")
-        pieces = fs.wait_texts("oc_alice", 3)[1:]
-        assert len(pieces) == 2 and all(len(p) <= 4000 for p in pieces)
-        assert "\n\n".join(pieces) == answer
-        # a streamed answer: one card, shown early and updated in place
-        words = " ".join(f"word{i}" for i in range(40))
-        llm.enqueue_stream(words, delay=0.1, piece=12)
-        fs.push_text("oc_alice", "stream please")
-        fs.wait(lambda: len(fs.messages_in("oc_alice")) == 4 and fs.texts("oc_alice")[3] == words, 30,
-                "the streamed answer")
-        streamed = fs.messages_in("oc_alice")[3]
-        assert len(streamed.versions) >= 2, "the card was sent before the end and patched"
-        time.sleep(0.5)
-        assert fs.texts("oc_alice")[0] == "echo: hello" and len(fs.messages_in("oc_alice")) == 4
-        # a reminder arrives in the chat it was set in
-        fs.push_text("oc_alice", "/remind in 2s stand up")
-        assert fs.wait_texts("oc_alice", 5)[4].startswith("OK, I'll remind you ")
-        assert fs.wait_texts("oc_alice", 6)[5] == "⏰ Reminder: stand up"
-    finally:
-        assert bot.stop() == 0
-    logged = bot.log()
-    assert "duplicate feishu message" in logged + (tmp_path / "data" / "bot.log").read_text()
-    assert "Traceback" not in logged and APP_SECRET not in logged
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One bot for the tests that need no fresh process (a start costs seconds); each writes in chats of its own
+    and counts its own requests. Its whole log is checked when it stops."""
+    folder = tmp_path_factory.mktemp("feishu")
+    with FakeFeishu() as fs, FakeOpenAIServer() as llm:
+        fs.chats["oc_team"] = "Team"
+        fs.users.update({"ou_bob": "Bob", "ou_carol": "Carol"})
+        bot = start_bot(folder, fs, llm)
+        try:
+            yield fs, llm, bot
+        finally:
+            assert bot.stop() == 0
+        logged = bot.log()
+        assert "duplicate feishu message" in logged + (folder / "data" / "bot.log").read_text()
+        assert "Traceback" not in logged and APP_SECRET not in logged
+
+
+def test_private_group_background_redelivery_long_and_streamed_answers(shared):
+    fs, llm, _ = shared
+    before = len(llm.requests)
+    llm.latency = 1.0  # a turn long enough for the "Typing" reaction to show
+    first = fs.push_text("oc_alice", "hello")
+    assert fs.wait_texts("oc_alice", 1) == ["echo: hello"]
+    llm.latency = 0.0
+    assert (first, "Typing") in fs.reacted
+    fs.wait(lambda: not fs.reactions, 10, "the reaction taken off with the answer")
+    # a group: a message without a trigger is kept as background, an @-mention is answered with it
+    fs.push_text("oc_team", "I propose Berlin", sender="ou_carol", group=True)
+    question = fs.push_text("oc_team", "what do you think?", sender="ou_bob", group=True, mention_bot=True)
+    fs.wait_texts("oc_team", 1)
+    assert fs.messages_in("oc_team")[0].reply_to == question
+    asked = user_texts(llm)[-1]
+    assert asked.startswith(HEADER) and "Carol] I propose Berlin" in asked
+    assert asked.endswith("[Bob] what do you think?")
+    assert len(llm.requests) == before + 2, "the untriggered message was not answered"
+    # Feishu delivers the first event again: taken, not answered twice
+    fs.redeliver(first)
+    fs.wait_acked(first, 2)
+    # an 8,000-character answer: cards in order, each within the limit
+    answer = "\n\n".join(f"part {i} " + "x" * 990 for i in range(8))
+    llm.enqueue_text(answer)
+    fs.push_text("oc_alice", "a long one please")
+    pieces = fs.wait_texts("oc_alice", 3)[1:]
+    assert len(pieces) == 2 and all(len(p) <= 4000 for p in pieces)
+    assert "\n\n".join(pieces) == answer
+    # a streamed answer: one card, shown early and updated in place
+    words = " ".join(f"word{i}" for i in range(40))
+    llm.enqueue_stream(words, delay=0.1, piece=12)
+    fs.push_text("oc_alice", "stream please")
+    fs.wait(lambda: len(fs.messages_in("oc_alice")) == 4 and fs.texts("oc_alice")[3] == words, 30,
+            "the streamed answer")
+    streamed = fs.messages_in("oc_alice")[3]
+    assert len(streamed.versions) >= 2, "the card was sent before the end and patched"
+    time.sleep(0.5)
+    assert fs.texts("oc_alice")[0] == "echo: hello" and len(fs.messages_in("oc_alice")) == 4
+    # a reminder arrives in the chat it was set in
+    fs.push_text("oc_alice", "/remind in 2s stand up")
+    assert fs.wait_texts("oc_alice", 5)[4].startswith("OK, I'll remind you ")
+    assert fs.wait_texts("oc_alice", 6)[5] == "⏰ Reminder: stand up"
 
 
 def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
     fs, llm = servers
-    bot = start_bot(tmp_path, fs, llm)
-    fs.push_text("oc_alice", "first")
-    fs.wait_texts("oc_alice", 1)
-    llm.latency = 5.0
-    requests = len(llm.requests)
-    slow = fs.push_text("oc_alice", "slow")
-    llm.wait_for_requests(requests + 1, timeout=15)
-    fs.wait_acked(slow)  # journalled, then acked
-    bot.kill()
-    llm.latency = 0.0
-    bot.start()
-    fs.push_text("oc_alice", "after")
-    fs.wait_texts("oc_alice", 3)
-    time.sleep(1.0)  # nothing more may come
-    # the resumed answer shows the question it answers (a private chat's card replies to nothing)
-    assert fs.texts("oc_alice") == ["echo: first", "> slow\n\necho: slow", "echo: after"]
-    assert fs.deliveries[fs.frames_of[slow]] == 1, "acked once: Feishu did not send it again"
-    assert bot.stop() == 0
+    kill_9_mid_turn_is_answered_once_after_restart(fs, llm, start_bot(tmp_path, fs, llm), "oc_alice")
 
 
 def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
@@ -140,54 +139,22 @@ def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_kille
         for i in range(2):
             (tmp_path / f"bot{i}").mkdir()
             bots.append(BotProcess(tmp_path / f"bot{i}", **settings, web_console_port=0))
-        for bot in bots:
-            bot.start(wait_for_log=None)
-        try:
-            for bot in bots:
-                bot.wait_for_log("INFO app: ready:", 60)
-            for text in ("one", "two"):
-                fs.push_text("oc_alice", text)
-            assert fs.wait_texts("oc_alice", 2) == ["echo: one", "echo: two"]
-            receiving = "feishu: receiving messages"
-            fs.wait(lambda: sum(receiving in b.log() for b in bots) == 1, 30, "one process receiving")
-            assert fs.connections == 1
-            leader = next(i for i, b in enumerate(bots) if receiving in b.log())
-            llm.latency = 5.0
-            requests = len(llm.requests)
-            slow = fs.push_text("oc_alice", "slow")
-            llm.wait_for_requests(requests + 1, timeout=15)
-            fs.wait_acked(slow)
-            bots[leader].kill()
-            llm.latency = 0.0
-            other = bots[1 - leader]
-            other.wait_for_log(receiving, 60)
-            fs.push_text("oc_alice", "after")
-            fs.wait_texts("oc_alice", 4, timeout=60)
-            time.sleep(1.0)
-            assert fs.texts("oc_alice") == ["echo: one", "echo: two", "echo: slow", "echo: after"]
-        finally:
-            for bot in bots:
-                if bot.pid is not None:
-                    bot.stop()
+        one_process_receives_and_the_other_takes_over(fs, llm, bots, "oc_alice", "feishu: receiving messages")
 
 
-def test_photos_and_voice_messages_from_feishu(tmp_path):
+def test_photos_and_voice_messages_from_feishu(shared):
     """A photo is fetched through the API (the message's resource) and shown to the model; a voice message is
     fetched and transcribed at the endpoint."""
     from tests.media.harness import image_parts, jpeg
 
-    with FakeFeishu() as fs, FakeOpenAIServer(model="gpt-4o-mini") as llm:
-        bot = start_bot(tmp_path, fs, llm, model="gpt-4o-mini")
-        try:
-            llm.enqueue_text("A plain red square.")
-            fs.push_image("oc_alice", jpeg())
-            assert fs.wait_texts("oc_alice", 1) == ["A plain red square."]
-            parts = image_parts(llm.requests[0])
-            assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
-            llm.default_transcript = "see you at three"
-            fs.push_audio("oc_alice", b"OggS fake opus")
-            assert fs.wait_texts("oc_alice", 2)[1] == '(heard: "see you at three")\n\necho: see you at three'
-            assert [(t["filename"], t["audio"]) for t in llm.transcriptions] == [("voice.ogg", b"OggS fake opus")]
-        finally:
-            assert bot.stop() == 0
-        assert "Traceback" not in bot.log()
+    fs, llm, _ = shared
+    before, heard = len(llm.requests), len(llm.transcriptions)
+    llm.enqueue_text("A plain red square.")
+    fs.push_image("oc_dave", jpeg(), sender="ou_dave")
+    assert fs.wait_texts("oc_dave", 1) == ["A plain red square."]
+    parts = image_parts(llm.requests[before])
+    assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    llm.transcripts.append("see you at three")
+    fs.push_audio("oc_dave", b"OggS fake opus", sender="ou_dave")
+    assert fs.wait_texts("oc_dave", 2)[1] == '(heard: "see you at three")\n\necho: see you at three'
+    assert [(t["filename"], t["audio"]) for t in llm.transcriptions[heard:]] == [("voice.ogg", b"OggS fake opus")]

@@ -41,69 +41,114 @@ def start(folder: Path, api: FakeWecomAPI, llm: FakeOpenAIServer, **extra) -> tu
     return bot, CallbackSender(f"http://127.0.0.1:{port}/wecom/callback", TOKEN, key, CORP, AGENT)
 
 
-def journal_rows(folder: Path) -> int:
+def journal_rows(folder: Path, user: str) -> int:
+    """The journal rows of ``user``'s private chat."""
     with sqlite3.connect(folder / "data" / "chatbot.db") as db:
-        return db.execute("SELECT count(*) FROM inbox WHERE channel = 'wecom'").fetchone()[0]
+        return db.execute("SELECT count(*) FROM inbox WHERE channel = 'wecom' AND session_id = ?",
+                          (f"wecom:{user}",)).fetchone()[0]
 
 
-def test_a_private_and_a_group_message_are_answered_and_the_url_check_passes(servers, tmp_path):
-    api, llm = servers
-    api.chats.add("wrGroup42")
-    bot, wecom = start(tmp_path, api, llm, group_chat_prefix=["@bot"])
+class Shared:
+    """The module's one bot, for the tests that need no fresh process: each uses users of its own."""
+
+    def __init__(self, api: FakeWecomAPI, llm: FakeOpenAIServer, bot: BotProcess, wecom: CallbackSender) -> None:
+        self.api, self.llm, self.bot, self.wecom = api, llm, bot, wecom
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Iterator[Shared]:
+    """One bot started once for the module (a start costs seconds): the tests below send as users of their own
+    and count their own replies, journal rows and tokens, so they do not depend on one another."""
+    folder = tmp_path_factory.mktemp("wecom")
+    with FakeWecomAPI(corp_id=CORP, agent_id=AGENT, secret=SECRET) as api, FakeOpenAIServer() as llm:
+        api.chats.update({"wrGroup42", "wrGroup7"})
+        bot, wecom = start(folder, api, llm, group_chat_prefix=["@bot"])
+        try:
+            yield Shared(api, llm, bot, wecom)
+        finally:
+            assert bot.stop() == 0
+        log = (folder / "data" / "bot.log").read_text()
+        assert "Traceback" not in bot.log() and "Traceback" not in log and SECRET not in log and "forged" not in log
+
+
+def test_a_private_and_a_group_message_are_answered_and_the_url_check_passes(shared):
+    api, llm, wecom = shared.api, shared.llm, shared.wecom
+    user = "PrivateAndGroup"
+    tokens = api.tokens_issued
     echo, response = wecom.verify_url()
     assert response.status_code == 200 and response.text == echo
-    _, response = wecom.text(USER, "hello from WeCom")
+    _, response = wecom.text(user, "hello from WeCom")
     assert response.status_code == 200 and response.text == ""
-    assert api.wait_sent(USER, 1) == ["echo: hello from WeCom"]
+    assert api.wait_sent(user, 1) == ["echo: hello from WeCom"]
     _, response = wecom.text("LiSi", "@bot what is the plan?", chat_id="wrGroup42")
     assert response.status_code == 200
     assert api.wait_sent("chat:wrGroup42", 1) == ["echo: [LiSi] what is the plan?"]
     wecom.text("LiSi", "no trigger here", chat_id="wrGroup42")
     long_answer = "长" * 1500  # 4,500 bytes: three texts of at most 2,048 bytes
     llm.enqueue_text(long_answer)
-    wecom.text(USER, "a long one please")
-    pieces = api.wait_sent(USER, 4)[1:]
+    wecom.text(user, "a long one please")
+    pieces = api.wait_sent(user, 4)[1:]
     assert "".join(pieces) == long_answer and all(len(p.encode()) <= 2048 for p in pieces)
     time.sleep(0.5)
     assert api.sent_to("chat:wrGroup42") == ["echo: [LiSi] what is the plan?"]  # the untriggered one is not answered
-    assert api.tokens_issued == 1
-    assert bot.stop() == 0
-    log = (tmp_path / "data" / "bot.log").read_text()
-    assert "Traceback" not in bot.log() and SECRET not in log
+    assert api.tokens_issued == max(tokens, 1), "one token, fetched once and kept"
 
 
-def test_a_bad_signature_is_refused_logged_once_and_not_journalled(servers, tmp_path):
-    api, llm = servers
-    bot, wecom = start(tmp_path, api, llm)
+def test_a_bad_signature_is_refused_logged_once_and_not_journalled(shared):
+    api, wecom = shared.api, shared.wecom
+    user = "Signatures"
     for _ in range(3):
-        _, response = wecom.text(USER, "forged", wrong_signature=True)
+        _, response = wecom.text(user, "forged", wrong_signature=True)
         assert response.status_code == 403
     other = CallbackSender(wecom.url, TOKEN, new_aes_key(), CORP, AGENT)  # the right token, another AES key
-    _, response = other.text(USER, "forged too")
+    _, response = other.text(user, "forged too")
     assert response.status_code == 403
-    _, response = wecom.text(USER, "genuine")
+    _, response = wecom.text(user, "genuine")
     assert response.status_code == 200
-    assert api.wait_sent(USER, 1) == ["echo: genuine"]
-    assert journal_rows(tmp_path) == 1
-    assert bot.stop() == 0
-    log = (tmp_path / "data" / "bot.log").read_text()
+    assert api.wait_sent(user, 1) == ["echo: genuine"]
+    assert journal_rows(shared.bot.folder, user) == 1
+    log = (shared.bot.folder / "data" / "bot.log").read_text()
     assert log.count("a callback from 127.0.0.1 was refused") == 1, "one line, not one per request"
     assert "forged" not in log and "Traceback" not in log
 
 
-def test_a_retried_callback_is_answered_once(servers, tmp_path):
-    api, llm = servers
-    bot, wecom = start(tmp_path, api, llm)
-    msg_id, first = wecom.text(USER, "only once please")
+def test_a_retried_callback_is_answered_once(shared):
+    api, llm, wecom = shared.api, shared.llm, shared.wecom
+    user = "Retried"
+    msg_id, first = wecom.text(user, "only once please")
     for _ in range(2):  # WeCom retries with the same MsgId when it thinks the callback failed
-        _, again = wecom.text(USER, "only once please", msg_id=msg_id)
+        _, again = wecom.text(user, "only once please", msg_id=msg_id)
         assert again.status_code == 200
     assert first.status_code == 200
-    api.wait_sent(USER, 1)
+    api.wait_sent(user, 1)
     time.sleep(1.0)
-    assert api.sent_to(USER) == ["echo: only once please"]
+    assert api.sent_to(user) == ["echo: only once please"]
     assert len([r for r in llm.requests if "only once" in str(r["messages"][-1])]) == 1
-    assert bot.stop() == 0
+
+
+def test_an_expired_token_is_replaced_once_and_the_reply_still_goes_out(shared):
+    api, wecom = shared.api, shared.wecom
+    user = "Expired"
+    wecom.text(user, "one")
+    api.wait_sent(user, 1)
+    tokens = api.tokens_issued
+    api.expire_tokens()
+    wecom.text(user, "two")
+    assert api.wait_sent(user, 2) == ["echo: one", "echo: two"]
+    assert api.tokens_issued == tokens + 1
+
+
+def test_reminders_are_delivered_in_the_chat_they_were_set_in(shared):
+    api, wecom = shared.api, shared.wecom
+    user = "Reminded"
+    wecom.text(user, "/remind in 2s drink water")
+    assert api.wait_sent(user, 1)[0].startswith("OK, I'll remind you ")
+    wecom.text("WangWu", "@bot /remind in 2s stand-up meeting", chat_id="wrGroup7")
+    assert api.wait_sent("chat:wrGroup7", 1)[0].startswith("OK, I'll remind you ")
+    assert api.wait_sent(user, 2)[1] == "⏰ Reminder: drink water"
+    assert api.wait_sent("chat:wrGroup7", 2)[1] == "⏰ Reminder for WangWu: stand-up meeting"
+    time.sleep(1.5)
+    assert len(api.sent_to(user)) == 2 and len(api.sent_to("chat:wrGroup7")) == 2
 
 
 def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
@@ -124,33 +169,6 @@ def test_kill_9_mid_turn_is_answered_once_after_restart(servers, tmp_path):
     api.wait_sent(USER, 3)
     time.sleep(1.0)
     assert api.sent_to(USER) == ["echo: first", "> slow\n\necho: slow", "echo: after"]  # a resumed answer quotes it
-    assert bot.stop() == 0
-
-
-def test_an_expired_token_is_replaced_once_and_the_reply_still_goes_out(servers, tmp_path):
-    api, llm = servers
-    bot, wecom = start(tmp_path, api, llm)
-    wecom.text(USER, "one")
-    api.wait_sent(USER, 1)
-    api.expire_tokens()
-    wecom.text(USER, "two")
-    assert api.wait_sent(USER, 2) == ["echo: one", "echo: two"]
-    assert api.tokens_issued == 2
-    assert bot.stop() == 0
-
-
-def test_reminders_are_delivered_in_the_chat_they_were_set_in(servers, tmp_path):
-    api, llm = servers
-    api.chats.add("wrGroup7")
-    bot, wecom = start(tmp_path, api, llm, group_chat_prefix=["@bot"])
-    wecom.text(USER, "/remind in 2s drink water")
-    assert api.wait_sent(USER, 1)[0].startswith("OK, I'll remind you ")
-    wecom.text("LiSi", "@bot /remind in 2s stand-up meeting", chat_id="wrGroup7")
-    assert api.wait_sent("chat:wrGroup7", 1)[0].startswith("OK, I'll remind you ")
-    assert api.wait_sent(USER, 2)[1] == "⏰ Reminder: drink water"
-    assert api.wait_sent("chat:wrGroup7", 2)[1] == "⏰ Reminder for LiSi: stand-up meeting"
-    time.sleep(1.5)
-    assert len(api.sent_to(USER)) == 2 and len(api.sent_to("chat:wrGroup7")) == 2
     assert bot.stop() == 0
 
 

@@ -26,12 +26,13 @@ import asyncio
 import itertools
 import json
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.push_server import PushServer
 
 CLIENT_ID, CLIENT_SECRET = "dingabcdefghijk", "the-client-secret"
 AUTH_FAILED = {"code": "authFailed", "message": "鉴权失败"}
@@ -53,59 +54,28 @@ class Sent:
     at: float = field(default_factory=time.monotonic)
 
 
-class FakeDingTalk:
+class FakeDingTalk(PushServer):
     """DingTalk with one app and its bot; tests play the users (push messages) from any thread."""
 
+    name = "fake DingTalk server"
+
     def __init__(self, *, client_id: str = CLIENT_ID, client_secret: str = CLIENT_SECRET) -> None:
+        super().__init__()
         self.client_id, self.client_secret = client_id, client_secret
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.tokens: list[str] = []
         #: the conversation of each private chat's user (staff id -> conversation id)
         self.private_of: dict[str, str] = {}
-        self.pending: list[tuple[str, str]] = []
-        self._payloads: dict[str, str] = {}
-        self._in_flight: set[str] = set()
-        self.deliveries: dict[str, int] = {}
-        self.acked: dict[str, int] = {}
-        self.frames_of: dict[str, str] = {}
         self.sent: list[Sent] = []
-        self.requests: list[tuple[str, str]] = []
-        self.connections = 0
         #: files users sent, by download code
         self.files: dict[str, bytes] = {}
-        self._ws: web.WebSocketResponse | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._wake: asyncio.Event | None = None
-        self.port = 0
 
     @property
     def base_url(self) -> str:
         """What ``DINGTALK_OPENAPI_ENDPOINT`` points at."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Self:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            loop.run_until_complete(self._start_site())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-dingtalk", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake DingTalk server did not start")
-        return self
-
-    async def _start_site(self) -> None:
-        self._wake = asyncio.Event()
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1.0/gateway/connections/open", self._open)
         app.router.add_get("/connect", self._websocket)
         app.router.add_post("/v1.0/oauth2/accessToken", self._token)
@@ -113,30 +83,6 @@ class FakeDingTalk:
         app.router.add_post("/v1.0/robot/groupMessages/send", self._send_group)
         app.router.add_post("/v1.0/robot/messageFiles/download", self._download_url)
         app.router.add_get("/files/{code}", self._file)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    def stop(self) -> None:
-        loop = self._loop
-        if loop is not None and self._thread is not None:
-            asyncio.run_coroutine_threadsafe(self._close_ws(), loop).result(5)
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(10)
-        self._loop = self._thread = None
-
-    async def _close_ws(self) -> None:
-        ws, self._ws = self._ws, None
-        if ws is not None:
-            await ws.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- the users' side --------------------------------------------------------------------------
     def push_text(self, conversation: str, text: str, **kwargs: Any) -> str:
@@ -181,24 +127,8 @@ class FakeDingTalk:
         frame = {"specVersion": "1.0", "type": "CALLBACK", "headers": {
             "appId": "app1", "connectionId": "conn1", "contentType": "application/json", "messageId": frame_id,
             "time": str(now), "topic": TOPIC}, "data": json.dumps(data, ensure_ascii=False)}
-        payload = json.dumps(frame, ensure_ascii=False)
-        with self._lock:
-            self.pending.append((frame_id, payload))
-            self._payloads[frame_id] = payload
-            self.frames_of[msg_id] = frame_id
-        self._kick()
+        self._queue(msg_id, frame_id, json.dumps(frame, ensure_ascii=False))
         return msg_id
-
-    def redeliver(self, msg_id: str) -> None:
-        """Send an acked message's frame again (DingTalk redelivers at times)."""
-        frame_id = self.frames_of[msg_id]
-        with self._lock:
-            self.pending.append((frame_id, self._payloads[frame_id]))
-        self._kick()
-
-    def _kick(self) -> None:
-        if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
 
     def texts(self, conversation: str) -> list[str]:
         """What the bot sent to a conversation (a private one by its user's conversation), in order."""
@@ -209,18 +139,6 @@ class FakeDingTalk:
     def wait_texts(self, conversation: str, n: int, timeout: float = 20.0) -> list[str]:
         self.wait(lambda: len(self.texts(conversation)) >= n, timeout, f"{n} messages in {conversation}")
         return self.texts(conversation)
-
-    def wait_acked(self, msg_id: str, times: int = 1, timeout: float = 20.0) -> None:
-        frame = self.frames_of[msg_id]
-        self.wait(lambda: self.acked.get(frame, 0) >= times, timeout, f"{times} acks of {msg_id}")
-
-    @staticmethod
-    def wait(check: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout:.0f} s for {what}")
-            time.sleep(0.02)
 
     # --- HTTP ---------------------------------------------------------------------------------------
     def _good(self, body: dict[str, Any], id_key: str, secret_key: str) -> bool:
@@ -297,41 +215,15 @@ class FakeDingTalk:
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        old, self._ws = self._ws, ws
-        if old is not None:
-            await old.close()
-        self.connections += 1
-        sender = asyncio.create_task(self._send_frames(ws))
+        await self._connected(ws)
+        sender = asyncio.create_task(self._push(ws, lambda _, payload: ws.send_str(payload)))
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
                     continue
                 ack = json.loads(msg.data)
-                frame_id = (ack.get("headers") or {}).get("messageId", "")
-                if ack.get("code") == 200:
-                    with self._lock:
-                        self.acked[frame_id] = self.acked.get(frame_id, 0) + 1
-                        self.pending = [(f, p) for f, p in self.pending if f != frame_id]
-                self._in_flight.discard(frame_id)
+                self._acked((ack.get("headers") or {}).get("messageId", ""), ack.get("code"))
         finally:
             sender.cancel()
-            if self._ws is ws:
-                self._ws = None
-            self._in_flight.clear()
+            self._disconnected(ws)
         return ws
-
-    async def _send_frames(self, ws: web.WebSocketResponse) -> None:
-        assert self._wake is not None
-        while not ws.closed:
-            with self._lock:
-                due = [(f, p) for f, p in self.pending if f not in self._in_flight]
-            for frame_id, payload in due:
-                self._in_flight.add(frame_id)
-                with self._lock:
-                    self.deliveries[frame_id] = self.deliveries.get(frame_id, 0) + 1
-                await ws.send_str(payload)
-            self._wake.clear()
-            with self._lock:
-                more = any(f not in self._in_flight for f, _ in self.pending)
-            if not more:
-                await self._wake.wait()

@@ -37,13 +37,14 @@ import asyncio
 import itertools
 import json
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import WSMsgType, web
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+from tests.fakes.push_server import PushServer
 
 APP_ID, APP_SECRET = "cli_a1b2c3d4e5f6", "s3cr3t-of-the-app"
 BOT_OPEN_ID = "ou_bot0000000000000000000000000001"
@@ -88,73 +89,31 @@ def content_text(msg_type: str, content: dict[str, Any]) -> str:
     return ""
 
 
-class FakeFeishu:
+class FakeFeishu(PushServer):
     """Feishu's open platform with one app and its bot; tests play the users (push events) from any thread."""
 
+    name = "fake Feishu server"
+
     def __init__(self, *, app_id: str = APP_ID, app_secret: str = APP_SECRET) -> None:
+        super().__init__()
         self.app_id, self.app_secret = app_id, app_secret
         self.bot_open_id = BOT_OPEN_ID
         self.bot_name = "LongChat"
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.tokens: list[str] = []
         #: chat id -> group name; open id -> user name
         self.chats: dict[str, str] = {}
         self.users: dict[str, str] = {}
-        #: events not acked yet, in order: (frame message id, payload)
-        self.pending: list[tuple[str, bytes]] = []
-        #: frame message id -> how many times it was sent to a client; and acked
-        self.deliveries: dict[str, int] = {}
-        self.acked: dict[str, int] = {}
-        #: the Feishu message id of each pushed event's message -> its frame message id
-        self.frames_of: dict[str, str] = {}
         self.sent: list[SentMessage] = []
         self.patches: list[tuple[str, float]] = []
-        #: every request: (method, path)
-        self.requests: list[tuple[str, str]] = []
-        self.connections = 0
         #: reactions on users' messages now: reaction id -> (message id, emoji type); every one ever added
         self.reactions: dict[str, tuple[str, str]] = {}
         self.reacted: list[tuple[str, str]] = []
         #: files users sent: (message id, file key) -> (type, bytes)
         self.resources: dict[tuple[str, str], tuple[str, bytes]] = {}
-        self._payloads: dict[str, bytes] = {}
-        #: frame ids sent on the current connection and not answered yet
-        self._in_flight: set[str] = set()
-        self._ws: web.WebSocketResponse | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._wake: asyncio.Event | None = None
-        self.port = 0
 
-    # --- lifecycle ------------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        """What ``feishu_domain`` points at."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Self:
-        """Serve on a free loopback port from a background thread."""
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            loop.run_until_complete(self._start_site())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-feishu", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake Feishu server did not start")
-        return self
-
-    async def _start_site(self) -> None:
-        self._wake = asyncio.Event()
-        app = web.Application()
+    # --- lifecycle (tests/fakes/push_server.py) --------------------------------------------------
+    def _routes(self, app: web.Application) -> None:
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
         app.router.add_get("/ws", self._websocket)
@@ -168,36 +127,6 @@ class FakeFeishu:
                               self._api(self._unreact))
         app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._api(self._resource))
         app.router.add_get("/open-apis/contact/v3/users/{user_id}", self._api(self._user))
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    def stop(self) -> None:
-        """Stop serving; the WebSocket is closed."""
-        loop = self._loop
-        if loop is not None and self._thread is not None:
-            asyncio.run_coroutine_threadsafe(self._close_ws(), loop).result(5)
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(10)
-        self._loop = self._thread = None
-
-    async def _close_ws(self) -> None:
-        ws, self._ws = self._ws, None
-        if ws is not None:
-            await ws.close()
-
-    def drop_connection(self) -> None:
-        """Close the bot's WebSocket from the server's side (a network blip): the SDK connects again."""
-        assert self._loop is not None
-        asyncio.run_coroutine_threadsafe(self._close_ws(), self._loop).result(5)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- the users' side (tests) ------------------------------------------------------------------
     def push_text(self, chat_id: str, text: str, *, sender: str = "ou_alice", group: bool = False,
@@ -235,13 +164,7 @@ class FakeFeishu:
                             "mentions": mentions or []},
             },
         }
-        frame_id = secrets.token_hex(8)
-        with self._lock:
-            payload = json.dumps(event, ensure_ascii=False).encode()
-            self.pending.append((frame_id, payload))
-            self._payloads[frame_id] = payload
-            self.frames_of[message_id] = frame_id
-        self._kick()
+        self._queue(message_id, secrets.token_hex(8), json.dumps(event, ensure_ascii=False).encode())
         return message_id
 
     def push_image(self, chat_id: str, data: bytes, **kwargs: Any) -> str:
@@ -258,18 +181,6 @@ class FakeFeishu:
         self.resources[(message_id, key)] = ("file", data)
         return message_id
 
-    def redeliver(self, message_id: str) -> None:
-        """Send the event of an acked message again (Feishu redelivers at times): same event, same ids."""
-        frame_id = self.frames_of[message_id]
-        with self._lock:
-            payload = self._payloads[frame_id]
-            self.pending.append((frame_id, payload))
-        self._kick()
-
-    def _kick(self) -> None:
-        if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
-
     def messages_in(self, chat_id: str) -> list[SentMessage]:
         """The bot's messages in a chat, in order."""
         with self._lock:
@@ -283,19 +194,6 @@ class FakeFeishu:
         """Wait until the bot has sent ``n`` messages to the chat; return what they show."""
         self.wait(lambda: len(self.messages_in(chat_id)) >= n, timeout, f"{n} messages in {chat_id}")
         return self.texts(chat_id)
-
-    def wait_acked(self, message_id: str, times: int = 1, timeout: float = 20.0) -> None:
-        """Wait until the event of ``message_id`` was acked ``times`` times."""
-        frame = self.frames_of[message_id]
-        self.wait(lambda: self.acked.get(frame, 0) >= times, timeout, f"{times} acks of {message_id}")
-
-    @staticmethod
-    def wait(check: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout:.0f} s for {what}")
-            time.sleep(0.02)
 
     # --- the HTTP side ----------------------------------------------------------------------------
     async def _token(self, request: web.Request) -> web.Response:
@@ -431,11 +329,8 @@ class FakeFeishu:
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        old, self._ws = self._ws, ws
-        if old is not None:
-            await old.close()
-        self.connections += 1
-        sender = asyncio.create_task(self._send_events(ws))
+        await self._connected(ws)
+        sender = asyncio.create_task(self._push(ws, lambda frame_id, payload: self._send_event(ws, frame_id, payload)))
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.BINARY:
@@ -449,38 +344,17 @@ class FakeFeishu:
                     header.key, header.value = "type", "pong"
                     await ws.send_bytes(pong.SerializeToString())
                 elif frame.method == 1:
-                    code = json.loads(frame.payload or b"{}").get("code")
-                    frame_id = headers.get("message_id", "")
-                    if code == 200:
-                        with self._lock:
-                            self.acked[frame_id] = self.acked.get(frame_id, 0) + 1
-                            self.pending = [(f, p) for f, p in self.pending if f != frame_id]
-                    self._in_flight.discard(frame_id)
+                    self._acked(headers.get("message_id", ""), json.loads(frame.payload or b"{}").get("code"))
         finally:
             sender.cancel()
-            if self._ws is ws:
-                self._ws = None
-            self._in_flight.clear()
+            self._disconnected(ws)
         return ws
 
-    async def _send_events(self, ws: web.WebSocketResponse) -> None:
-        """Send every pending event not in flight on this connection, as it comes."""
-        assert self._wake is not None
-        while not ws.closed:
-            with self._lock:
-                due = [(f, p) for f, p in self.pending if f not in self._in_flight]
-            for frame_id, payload in due:
-                frame = Frame(SeqID=next(self._ids), LogID=0, service=1, method=1, payload=payload)
-                for key, value in (("type", "event"), ("message_id", frame_id), ("trace_id", secrets.token_hex(8)),
-                                   ("sum", "1"), ("seq", "0")):
-                    header = frame.headers.add()
-                    header.key, header.value = key, value
-                self._in_flight.add(frame_id)
-                with self._lock:
-                    self.deliveries[frame_id] = self.deliveries.get(frame_id, 0) + 1
-                await ws.send_bytes(frame.SerializeToString())
-            self._wake.clear()
-            with self._lock:
-                more = any(f not in self._in_flight for f, _ in self.pending)
-            if not more:
-                await self._wake.wait()
+    async def _send_event(self, ws: web.WebSocketResponse, frame_id: str, payload: bytes) -> None:
+        """An event as a DATA frame."""
+        frame = Frame(SeqID=next(self._ids), LogID=0, service=1, method=1, payload=payload)
+        for key, value in (("type", "event"), ("message_id", frame_id), ("trace_id", secrets.token_hex(8)),
+                           ("sum", "1"), ("seq", "0")):
+            header = frame.headers.add()
+            header.key, header.value = key, value
+        await ws.send_bytes(frame.SerializeToString())
