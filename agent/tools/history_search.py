@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 #: Hits asked of the search; the output shows, best first, as many as :data:`OUTPUT_CHARS` hold.
 RESULT_LIMIT = 30
 #: The output's characters. More, shorter results find more than ten results each with the turns around it in the
-#: same characters (LoCoMo, bench/memory_locomo.py: BENCHMARKS.md); 2,300 is about the median of that older output.
-OUTPUT_CHARS = 2300
+#: same characters (LoCoMo, bench/memory_locomo.py: BENCHMARKS.md); 2,200 is below that older output's median.
+OUTPUT_CHARS = 2200
 #: The first hits shown with the turns just before and after them (that say something).
 NEAR_HITS = 1
 
