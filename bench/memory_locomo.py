@@ -3,12 +3,13 @@
 LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with questions
 whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one session of the
 real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
-(how a group's messages reach the bot); then each question is asked of the store's ``search_history``, as the
-``history_search`` tool does, and a question counts as found when one of its evidence turns is among the first
-5 (or 10) hits; "shown" counts it found when it is in the first 5 hits' output at all, as a hit or as the turn
-just before or after one (the tool shows those too). This measures the history half of the bot's memory only:
-no summaries, no memory files. With ``--embedding local`` (the default) every turn is also embedded by the
-background indexer (memory/history_index.py: its time per 1,000 turns and bytes per turn are reported) and
+(how a group's messages reach the bot), each followed by the acknowledgement bench/memory_locomo_app.py's fake
+model answers with ("ok, noted. [tag]"; ``--no-acks``: the turns alone); then each question is asked of the
+store's ``search_history`` and a question counts as found when one of its evidence turns is among the first
+5 (or 10) hits; "shown" and "passage" judge the tool's output (below). This measures the history half of the
+bot's memory only: no summaries, no memory files. With ``--embedding local`` (the default) every turn is also
+embedded by the background indexer (memory/history_index.py: its time per 1,000 turns and bytes per turn are
+reported) and
 each question is asked both ways: words only (the store's ``search_history``) and words and meaning
 (``HistoryIndex.search``, what ``history_search`` uses when ``memory_embedding_model`` is set).
 
@@ -21,8 +22,14 @@ statistics are gathered (ANALYZE) after each filling, as autovacuum does in a ru
 The data is not part of the project (its authors publish it for research evaluation): pass the path of
 ``locomo10.json`` from the dataset's repository, or of a gzipped copy.
 
+The "words+meaning" way is the ``history_search`` tool's own search and output (agent/tools/history_search.py
+``find`` and ``format_hits``), judged also as bench/memory_locomo_app.py judges it: the first 50 characters of
+an evidence turn in the output ("shown"), and 80% of its content words together in one result ("passage").
+The vectors made are kept in ``--cache`` (a file), so a second run of a ranking change embeds nothing but new
+texts.
+
     python bench/memory_locomo.py PATH/locomo10.json[.gz] [--db-url URL] [--scale 100000] [--questions 200]
-                                  [--embedding local|""]
+                                  [--embedding local|""] [--cache FILE] [--no-acks] [--conversations N]
 """
 
 from __future__ import annotations
