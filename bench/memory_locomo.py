@@ -243,8 +243,9 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
                 times[way].append((time.perf_counter() - started) * 1000)
                 order = [h.seq for h in hits]
                 out = tool.format_hits(hits, UTC)
-                found[way].append(Asked(int(qa["category"]), bool(wanted & set(order[:5])), bool(wanted & set(order)),
-                                        shown(evidence, out), in_one_passage(evidence, out, "history"), len(out)))
+                found[way].append(Asked(int(qa["category"]), bool(wanted & set(order[:5])),
+                                        bool(wanted & set(order[:10])), shown(evidence, out),
+                                        in_one_passage(evidence, out, "history"), len(out)))
     return found, times, questions
 
 
