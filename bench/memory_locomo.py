@@ -3,12 +3,13 @@
 LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with questions
 whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one session of the
 real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
-(how a group's messages reach the bot); then each question is asked of the store's ``search_history``, as the
-``history_search`` tool does, and a question counts as found when one of its evidence turns is among the first
-5 (or 10) hits; "shown" counts it found when it is in the first 5 hits' output at all, as a hit or as the turn
-just before or after one (the tool shows those too). This measures the history half of the bot's memory only:
-no summaries, no memory files. With ``--embedding local`` (the default) every turn is also embedded by the
-background indexer (memory/history_index.py: its time per 1,000 turns and bytes per turn are reported) and
+(how a group's messages reach the bot), each followed by the acknowledgement bench/memory_locomo_app.py's fake
+model answers with ("ok, noted. [tag]"; ``--no-acks``: the turns alone); then each question is asked of the
+store's ``search_history`` and a question counts as found when one of its evidence turns is among the first
+5 (or 10) hits; "shown" and "passage" judge the tool's output (below). This measures the history half of the
+bot's memory only: no summaries, no memory files. With ``--embedding local`` (the default) every turn is also
+embedded by the background indexer (memory/history_index.py: its time per 1,000 turns and bytes per turn are
+reported) and
 each question is asked both ways: words only (the store's ``search_history``) and words and meaning
 (``HistoryIndex.search``, what ``history_search`` uses when ``memory_embedding_model`` is set).
 
@@ -21,8 +22,14 @@ statistics are gathered (ANALYZE) after each filling, as autovacuum does in a ru
 The data is not part of the project (its authors publish it for research evaluation): pass the path of
 ``locomo10.json`` from the dataset's repository, or of a gzipped copy.
 
+The "words+meaning" way is the ``history_search`` tool's own search and output (agent/tools/history_search.py
+``find`` and ``format_hits``), judged also as bench/memory_locomo_app.py judges it: the first 50 characters of
+an evidence turn in the output ("shown"), and 80% of its content words together in one result ("passage").
+The vectors made are kept in ``--cache`` (a file), so a second run of a ranking change embeds nothing but new
+texts.
+
     python bench/memory_locomo.py PATH/locomo10.json[.gz] [--db-url URL] [--scale 100000] [--questions 200]
-                                  [--embedding local|""]
+                                  [--embedding local|""] [--cache FILE] [--no-acks] [--conversations N]
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +53,104 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from memory.embeddings import build_embedder  # noqa: E402
+from agent.tools import history_search as tool  # noqa: E402
+from memory.embeddings import BaseEmbedder, build_embedder  # noqa: E402
 from memory.history_index import HistoryIndex  # noqa: E402
+from memory.search import terms  # noqa: E402
 from store import message_vectors  # noqa: E402
 from store.conversations import ConversationStore, SessionInfo  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+#: the first rule: an evidence turn is shown when this many of its first characters (normalised) appear
+MATCH_CHARS = 50
+#: the stricter rule: the share of an evidence turn's content words that must appear in one passage
+PASSAGE_SHARE = 0.8
+
+
+def normalise(value: str) -> str:
+    """Whitespace collapsed to one space, case folded."""
+    return " ".join(value.split()).casefold()
+
+
+def ack(message: str) -> str:
+    """The bench's fake model's acknowledgement of a user message (bench/memory_locomo_app.py): "ok, noted."
+    and a short checksum of the message."""
+    return f"ok, noted. [{zlib.crc32(normalise(message)[-200:].encode()):08x}]"
+
+
+def content_terms(value: str) -> set[str]:
+    """A text's content words (memory_search's terms: folded, stop words out, a plural's s dropped)."""
+    return set(terms(value))
+
+
+def passages(output: str, tool_name: str) -> list[set[str]]:
+    """The content words of each passage of a tool's output: a history_search hit with its indented lines (its
+    neighbours), or one memory_search line."""
+    if tool_name == "memory":
+        return [content_terms(line) for line in output.splitlines() if line.strip()]
+    blocks: list[str] = []
+    for line in output.splitlines():
+        if line.startswith("    ") and blocks:
+            blocks[-1] += "\n" + line
+        else:
+            blocks.append(line)
+    return [content_terms(b) for b in blocks]
+
+
+def in_one_passage(evidence: list[str], output: str, tool_name: str) -> bool:
+    """The stricter rule: an evidence turn counts when at least PASSAGE_SHARE of its content words appear
+    together in one passage of the output."""
+    held = passages(output, tool_name)
+    for turn_text in evidence:
+        wanted = content_terms(turn_text)
+        if wanted and any(len(wanted & p) >= PASSAGE_SHARE * len(wanted) for p in held):
+            return True
+    return False
+
+
+def shown(evidence: list[str], output: str) -> bool:
+    """The first rule: the first MATCH_CHARS characters of an evidence turn (normalised) appear in the output."""
+    hay = normalise(output)
+    return any(normalise(e)[:MATCH_CHARS] in hay for e in evidence)
+
+
+class CachedEmbedder(BaseEmbedder):
+    """An embedder that keeps every vector it made in a file, so a ranking experiment does not embed the
+    conversations again (the same texts give the same vectors)."""
+
+    def __init__(self, inner: BaseEmbedder, path: Path) -> None:
+        self.inner, self.path = inner, path
+        self.name, self.dim = inner.name, inner.dim
+        self.vectors: dict[str, np.ndarray] = {}
+        self.new = 0
+        if path.is_file():
+            with np.load(path, allow_pickle=False) as saved:
+                self.vectors = dict(zip(saved["texts"].tolist(), saved["vectors"], strict=True))
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            for t, v in zip(missing, await self.inner.embed(missing), strict=True):
+                self.vectors[t] = v
+            self.new += len(missing)
+        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, self.dim), dtype=np.float32)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        key = "\0query\0" + text
+        if key not in self.vectors:
+            self.vectors[key] = await self.inner.embed_query(text)
+            self.new += 1
+        return self.vectors[key]
+
+    def save(self) -> None:
+        """Write the vectors (when any were made)."""
+        if self.new:
+            texts = list(self.vectors)
+            np.savez(self.path, texts=np.array(texts), vectors=np.stack([self.vectors[t] for t in texts]))
+            self.new = 0
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -73,15 +173,19 @@ def evidence_ids(qa: dict[str, Any]) -> set[str]:
     return {part.strip() for item in qa.get("evidence") or [] for part in str(item).split(";") if part.strip()}
 
 
-async def store_turns(store: ConversationStore, session_id: str, items: list[dict[str, Any]]) -> dict[str, int]:
-    """Store the turns as user messages; return each dialog id's seq."""
+async def store_turns(store: ConversationStore, session_id: str, items: list[dict[str, Any]],
+                      acks: bool = True) -> dict[str, int]:
+    """Store the turns as user messages, each followed by the bench's fake model's acknowledgement when ``acks``
+    (as the bot stores a chat: bench/memory_locomo_app.py); return each dialog id's seq."""
     await store.ensure_session(SessionInfo(session_id, "bench", session_id))
     seqs: dict[str, int] = {}
     for start in range(0, len(items), 500):
         batch = items[start:start + 500]
-        stored = await store.append(session_id, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')}"}
-                                                 for t in batch])
-        seqs.update({t["dia_id"]: seq for t, seq in zip(batch, stored, strict=True)})
+        said = [f"{t['speaker']}: {t.get('text', '')}" for t in batch]
+        messages = [m for text_ in said for m in ([{"role": "user", "content": text_}]
+                    + ([{"role": "assistant", "content": ack(text_)}] if acks else []))]
+        stored = await store.append(session_id, messages)
+        seqs.update({t["dia_id"]: seq for t, seq in zip(batch, stored[::2] if acks else stored, strict=True)})
     return seqs
 
 
@@ -91,14 +195,27 @@ async def analyze(store: ConversationStore) -> None:
         await store.run(lambda conn: conn.execute(text("ANALYZE")))
 
 
-async def recall(store: ConversationStore, data: list[dict[str, Any]], index: HistoryIndex | None,
-                 ) -> tuple[dict[str, dict[int, list[tuple[bool, bool, bool]]]], dict[str, list[float]], list[str]]:
-    """Per way of searching ("words", "words+meaning") and category, (found in top 5, in top 10, shown by the top
-    5) for each question; search times in ms per way; the questions."""
-    found: dict[str, dict[int, list[tuple[bool, bool, bool]]]] = defaultdict(lambda: defaultdict(list))
+@dataclass
+class Asked:
+    """One question: its category; found in the first 5 / 10 hits (by seq); shown in the tool's output by the
+    first rule; in one passage of it (the stricter rule); the output's characters."""
+
+    category: int
+    top5: bool
+    top10: bool
+    shown: bool
+    passage: bool
+    chars: int
+
+
+async def recall(store: ConversationStore, data: list[dict[str, Any]], index: HistoryIndex | None, acks: bool,
+                 ) -> tuple[dict[str, list[Asked]], dict[str, list[float]], list[str]]:
+    """Per way of searching ("words", "words+meaning"), each question asked; search times in ms per way; the
+    questions. "words+meaning" is the ``history_search`` tool's own search and output (agent/tools)."""
+    found: dict[str, list[Asked]] = defaultdict(list)
     times: dict[str, list[float]] = defaultdict(list)
     questions: list[str] = []
-    stored = [(f"locomo:{c['sample_id']}", c, await store_turns(store, f"locomo:{c['sample_id']}", turns(c)))
+    stored = [(f"locomo:{c['sample_id']}", c, await store_turns(store, f"locomo:{c['sample_id']}", turns(c), acks))
               for c in data]
     await analyze(store)
     if index is not None:
@@ -106,26 +223,29 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
         started = time.perf_counter()
         done = await index.catch_up()
         elapsed = time.perf_counter() - started
-        print(f"indexing {done:,} turns (embedded with the turn before each): {elapsed * 1000 / (done / 1000):,.0f} ms "
-              f"per 1,000 turns")
+        print(f"indexing {done:,} messages: {elapsed * 1000 / max(done / 1000, 0.001):,.0f} ms per 1,000")
         await analyze(store)
-    ways = {"words": lambda sid, q: store.search_history(sid, q, 10)}
+    ways: dict[str, Any] = {"words": lambda sid, q: store.search_history(sid, q, tool.RESULT_LIMIT)}
     if index is not None:
-        ways["words+meaning"] = lambda sid, q: index.search(sid, q, 10)
+        ways["words+meaning"] = lambda sid, q: tool.find(store, index, sid, q, None)
     for sid, conversation, seqs in stored:
+        texts = {t["dia_id"]: t.get("text", "") for t in turns(conversation)}
         for qa in conversation["qa"]:
-            wanted = {seqs[d] for d in evidence_ids(qa) if d in seqs}
-            if not wanted:
+            ids = sorted(d for d in evidence_ids(qa) if d in seqs)
+            if not ids:
                 continue
+            wanted = {seqs[d] for d in ids}
+            evidence = [texts[d] for d in ids]
             questions.append(qa["question"])
             for way, search in ways.items():
                 started = time.perf_counter()
                 hits = await search(sid, qa["question"])
                 times[way].append((time.perf_counter() - started) * 1000)
                 order = [h.seq for h in hits]
-                shown = {n.seq for h in hits[:5] for n in (h.before, h.after) if n is not None} | set(order[:5])
-                found[way][int(qa["category"])].append((bool(wanted & set(order[:5])), bool(wanted & set(order)),
-                                                        bool(wanted & shown)))
+                out = tool.format_hits(hits, UTC)
+                found[way].append(Asked(int(qa["category"]), bool(wanted & set(order[:5])),
+                                        bool(wanted & set(order[:10])), shown(evidence, out),
+                                        in_one_passage(evidence, out, "history"), len(out)))
     return found, times, questions
 
 
@@ -183,34 +303,42 @@ def vector_bytes(conn: Any) -> tuple[int, int]:
     return int(size or 0), rows
 
 
-def report(found: dict[int, list[tuple[bool, bool, bool]]], times: list[float], title: str) -> None:
+def report(found: list[Asked], times: list[float], title: str) -> None:
     """One way's recall per category."""
-    def share(rows: list[tuple[bool, bool, bool]], i: int) -> str:
-        return f"{sum(r[i] for r in rows) / max(len(rows), 1):6.0%}"
+    def share(rows: list[Asked], field_: str) -> str:
+        return f"{sum(getattr(r, field_) for r in rows) / max(len(rows), 1):7.0%}"
 
-    total = [f for cat in (1, 2, 3, 4) for f in found[cat]]
     print(f"-- {title}")
-    print(f"{'category':22s} {'questions':>9s} {'top-5':>6s} {'top-10':>6s} {'shown by top-5':>14s}")
-    for cat in sorted(c for c in found if found[c]):
-        rows = found[cat]
-        print(f"{cat} {CATEGORIES.get(cat, '?'):20s} {len(rows):9d} {share(rows, 0)} {share(rows, 1)} "
-              f"{share(rows, 2):>14s}")
-    print(f"{'1-4 together':22s} {len(total):9d} {share(total, 0)} {share(total, 1)} {share(total, 2):>14s}")
-    print(f"search median {statistics.median(times):.2f} ms")
+    print(f"{'category':22s} {'questions':>9s} {'top-5':>7s} {'top-10':>7s} {'shown':>7s} {'passage':>7s}")
+
+    def row(name: str, rows: list[Asked]) -> None:
+        print(f"{name:22s} {len(rows):9d} {share(rows, 'top5')} {share(rows, 'top10')} {share(rows, 'shown')} "
+              f"{share(rows, 'passage')}")
+
+    for cat in sorted({r.category for r in found}):
+        row(f"{cat} {CATEGORIES.get(cat, '?')}", [r for r in found if r.category == cat])
+    row("1-4 together", [r for r in found if r.category in (1, 2, 3, 4)])
+    chars = [r.chars for r in found]
+    print(f"search median {statistics.median(times):.2f} ms; output characters median {statistics.median(chars):,.0f}, "
+          f"p90 {statistics.quantiles(chars, n=10)[-1]:,.0f}, max {max(chars):,}")
 
 
 async def run(args: argparse.Namespace) -> int:
     """Store, index, ask, report."""
-    data = load(Path(args.path))
+    data = load(Path(args.path))[:args.conversations or None]
     folder = Path(tempfile.mkdtemp(prefix="locomo-"))
     url = args.db_url or f"sqlite:///{folder / 'bench.db'}"
     store = ConversationStore(url)
     await store.open()
     embedder = build_embedder(args.embedding, base_url="", api_key="")
+    if embedder is not None and args.cache:
+        embedder = CachedEmbedder(embedder, Path(args.cache))
     index = HistoryIndex(store, embedder) if embedder is not None else None
     try:
-        found, times, questions = await recall(store, data, index)
-        print(f"{len(data)} conversations, {sum(len(v) for v in found['words'].values())} questions with evidence, "
+        found, times, questions = await recall(store, data, index, not args.no_acks)
+        if isinstance(embedder, CachedEmbedder):
+            embedder.save()
+        print(f"{len(data)} conversations, {len(found['words'])} questions with evidence, "
               f"database {store.dialect}, about {max(len(turns(c)) for c in data)} turns per session")
         for way in found:
             report(found[way], times[way], way)
@@ -239,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=100_000, help="turns of the one-session timing (0: skip)")
     parser.add_argument("--questions", type=int, default=200, help="questions searched at that size")
     parser.add_argument("--embedding", default="local", help='"local" (the bundled model) or "" (words only)')
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-vectors.npz"),
+                        help='a file keeping the vectors made, for the next run ("": none)')
+    parser.add_argument("--no-acks", action="store_true", help="store the turns alone, without acknowledgements")
+    parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations (0: all)")
     return asyncio.run(run(parser.parse_args(argv)))
 
 

@@ -79,11 +79,10 @@ from sqlalchemy import bindparam, create_engine, text  # noqa: E402
 from sqlalchemy.pool import NullPool  # noqa: E402
 
 from agent.tools.base import ToolContext  # noqa: E402
-from bench.memory_locomo import CATEGORIES, evidence_ids, load, turns  # noqa: E402
+from bench.memory_locomo import CATEGORIES, PASSAGE_SHARE, evidence_ids, in_one_passage, load, turns  # noqa: E402
 from bootstrap.compose import compose  # noqa: E402
 from bootstrap.preflight import lock_database  # noqa: E402
 from config.settings import load_config, normalise_db_url  # noqa: E402
-from memory.search import terms  # noqa: E402
 from summaries.text import MERGE_REQUEST, SUMMARY_SYSTEM_PROMPT  # noqa: E402
 from tests.fakes.bot_process import BotProcess  # noqa: E402
 from tests.fakes.http_server import KeepAliveHTTPServer  # noqa: E402
@@ -97,8 +96,6 @@ MATCH_CHARS = 50
 #: the looser rule's shortest sentence (characters) that counts on its own
 MIN_SENTENCE = 30
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-#: the stricter rule: the share of an evidence turn's content words that must appear in one passage
-PASSAGE_SHARE = 0.8
 #: seconds without a change in the settled counts before the background work counts as done
 QUIET_SECONDS = 5.0
 FIRST_CHAT_ID = 100_000
@@ -301,36 +298,6 @@ class Found:
     files: bool
 
 
-def content_terms(value: str) -> set[str]:
-    """A text's content words (memory_search's terms: folded, stop words out, a plural's s dropped)."""
-    return set(terms(value))
-
-
-def passages(output: str, tool: str) -> list[set[str]]:
-    """The content words of each passage of a tool's output: a history_search hit with its neighbour lines,
-    or one memory_search line."""
-    if tool == "memory":
-        return [content_terms(line) for line in output.splitlines() if line.strip()]
-    blocks: list[str] = []
-    for line in output.splitlines():
-        if line.startswith("    ") and blocks:
-            blocks[-1] += "\n" + line
-        else:
-            blocks.append(line)
-    return [content_terms(b) for b in blocks]
-
-
-def in_one_passage(evidence: list[str], output: str, tool: str) -> bool:
-    """The stricter rule: an evidence turn counts when at least PASSAGE_SHARE of its content words appear
-    together in one passage of the output."""
-    held = passages(output, tool)
-    for turn_text in evidence:
-        wanted = content_terms(turn_text)
-        if wanted and any(len(wanted & p) >= PASSAGE_SHARE * len(wanted) for p in held):
-            return True
-    return False
-
-
 def present(wanted: list[str], output: str) -> bool:
     """True when one of the evidence needles appears in ``output`` (normalised)."""
     hay = normalise(output)
@@ -348,7 +315,8 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
     history_tool, memory_tool = services.tools.get("history_search"), services.tools.get("memory_search")
     assert history_tool is not None and memory_tool is not None, services.tools.names()
     found: dict[str, list[Found]] = {"strict": [], "sentences": [], "passage": []}
-    info: dict[str, Any] = {"stored": Counter(), "files": Counter(), "times": defaultdict(list)}
+    info: dict[str, Any] = {"stored": Counter(), "files": Counter(), "times": defaultdict(list),
+                            "chars": defaultdict(list)}
     try:
         for chat, conversation in zip(chats, data, strict=True):
             sid = chat.session_id
@@ -395,6 +363,7 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
                     started = time.perf_counter()
                     out[name] = await tool.call(ctx, {"query": qa["question"]})
                     info["times"][name].append((time.perf_counter() - started) * 1000)
+                    info["chars"][name].append(len(out[name]))
                 for rule, needles in (("strict", [needle(e) for e in evidence]),
                                       ("sentences", [n for e in evidence for n in sentence_needles(e)])):
                     found[rule].append(Found(int(qa["category"]), present(needles, out["history"]),
@@ -409,6 +378,12 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
         await services.locks.close()
         await services.store.close()
     return found, info
+
+
+def sizes(info: dict[str, Any]) -> str:
+    """The tools' output characters: median, p90 and max of each."""
+    return "; ".join(f"{name}_search output characters median {statistics.median(c):,.0f}, p90 "
+                     f"{statistics.quantiles(c, n=10)[-1]:,.0f}, max {max(c):,}" for name, c in info["chars"].items())
 
 
 def report(found: list[Found]) -> None:
@@ -460,6 +435,7 @@ def ask_again(args: argparse.Namespace, data: list[dict[str, Any]], chats: list[
     print(f"asked again in {config_path.parent}: {time.monotonic() - started:.0f} s (history_search median "
           f"{statistics.median(info['times']['history']):.0f} ms, memory_search median "
           f"{statistics.median(info['times']['memory']):.0f} ms)")
+    print(sizes(info))
     print(f"\nfound when the first {MATCH_CHARS} characters of an evidence turn (normalised) appear in the output:")
     report(results["strict"])
     print(f"\nlooser: also when the first {MATCH_CHARS} characters of one of its sentences of {MIN_SENTENCE} or more "
@@ -523,6 +499,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"asking {len(found)} questions: {asking:.0f} s (history_search median "
           f"{statistics.median(info['times']['history']):.0f} ms, memory_search median "
           f"{statistics.median(info['times']['memory']):.0f} ms)")
+    print(sizes(info))
     print(f"\nfound when the first {MATCH_CHARS} characters of an evidence turn (normalised) appear in the output:")
     report(found)
     print(f"\nlooser: also when the first {MATCH_CHARS} characters of one of its sentences of {MIN_SENTENCE} or more "

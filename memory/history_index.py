@@ -58,9 +58,9 @@ CONTEXT_CHARS = 300
 NEIGHBOUR_WEIGHT = 0.8
 #: Candidates each ranking brings to the fusion.
 CANDIDATES = 50
-#: The fusion's constant: small, so the head of each ranking counts most (on LoCoMo, 5 finds the evidence of 67%
-#: of the questions in the first 5 hits, 60, memory_search's, 61%: bench/memory_locomo.py, BENCHMARKS.md).
-RRF_K = 5
+#: The fusion's constant: small, so the head of each ranking counts most (60, memory_search's, found less on LoCoMo:
+#: bench/memory_locomo.py, BENCHMARKS.md); 10 rather than 5 since history_search shows 10-15 results, not 5.
+RRF_K = 10
 #: Bytes of session matrices kept in memory together (the session searched last is kept whatever its size).
 CACHE_BYTES = 48 * 1024 * 1024
 #: Words that carry nothing to search by meaning for (with memory/search.py's stop words): a message of

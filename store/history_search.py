@@ -26,7 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from store.models import UTCDateTime
-from store.search_terms import query_terms, term_pattern
+from store.search_terms import query_terms, says_something, term_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -216,8 +216,10 @@ def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, bef
     return list(conn.execute(stmt, params).all())
 
 
-def _neighbours(conn: Connection, session_id: str, seqs: set[int]) -> dict[int, Neighbour]:
-    """The user and assistant texts at ``seqs`` (tool calls and results have none, and are skipped)."""
+def _neighbours(conn: Connection, session_id: str, seqs: set[int], terms: list[str]) -> dict[int, Neighbour]:
+    """The user and assistant texts at ``seqs`` that say something (tool calls and results have no text, and a
+    turn of filler alone, "ok, noted.", tells nothing beside a hit: both are skipped), each cut around the query's
+    terms (from its beginning when it has none of them)."""
     if not seqs:
         return {}
     rows = conn.execute(text("SELECT seq, role, content FROM messages WHERE session_id = :sid AND seq IN "
@@ -226,9 +228,8 @@ def _neighbours(conn: Connection, session_id: str, seqs: set[int]) -> dict[int, 
     found = {}
     for seq, role, content in rows:
         body = " ".join(message_text(content).split())
-        if body:
-            cut = body if len(body) <= NEIGHBOUR_CHARS else body[:NEIGHBOUR_CHARS - 1].rstrip() + "…"
-            found[seq] = Neighbour(seq, role, cut)
+        if body and says_something(body):
+            found[seq] = Neighbour(seq, role, passage(body, terms, NEIGHBOUR_CHARS))
     return found
 
 
@@ -269,7 +270,7 @@ def _hits(conn: Connection, session_id: str, rows: list[Any], terms: list[str],
     end = before_seq or 2**62
     wanted = {s for seq, *_ in rows for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
               if 0 < s < end and s != seq}
-    near = _neighbours(conn, session_id, wanted)
+    near = _neighbours(conn, session_id, wanted, terms)
     hits = []
     for seq, role, created_at, content in rows:
         before = next((near[s] for s in range(seq - 1, seq - NEIGHBOUR_REACH - 1, -1) if s in near), None)

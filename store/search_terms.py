@@ -64,3 +64,21 @@ def term_pattern(term: str) -> re.Pattern[str]:
     if _CJK_RUN.match(term):
         return re.compile(re.escape(term.replace(" ", "")))
     return re.compile(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])", re.I)
+
+
+#: Words that say nothing on their own: a turn of nothing else ("ok, thanks!") is not worth showing beside a hit.
+FILLER = frozenset("""ok okay k kk noted thanks thank thx ty yes yeah yep yup no nope nah sure got it great cool nice
+good fine alright right lol haha hahaha hehe hmm hm oh ah wow hi hello hey bye see later np welcome please pls
+done will let know understood agreed sounds""".split())
+#: a token of letters and digits mixed, longer than a time or a size ("5pm", "2kg"): an id or a checksum
+_CODE = re.compile(r"(?=[^\W_]*\d)(?=[^\W_]*[^\W\d_])[^\W_]{7,}")
+
+
+def says_something(text: str) -> bool:
+    """True when ``text`` holds a word beyond filler, stop words and codes ("ok, noted. [3fa2c1d0]" does not)."""
+    for term in query_terms(text):
+        if _CJK_RUN.match(term):
+            return True
+        if term not in FILLER and term not in _STOP and not _CODE.fullmatch(term) and not term.isdigit():
+            return True
+    return False

@@ -88,9 +88,7 @@ class TestHistorySearch:
         out = await history_search.call(ctx(A, seeded), {"query": "lisbon cat"})
         assert out == ("2026-03-01 14:05 user: My cat is called Tom and I live in Lisbon\n"
                        "    after, assistant: Nice, Tom!\n"
-                       "2026-03-02 14:05 user: Flight LX1234 to Lisbon on Friday\n"
-                       "    before, assistant: The page is about animals.\n"
-                       "    after, assistant: Booked.")
+                       "2026-03-02 14:05 user: Flight LX1234 to Lisbon on Friday")  # neighbours: the best hit's only
 
     async def test_whole_words_only(self, seeded: ConversationStore) -> None:
         await seeded.append(A, [user("the others went home"), user("her keys are lost")])
@@ -238,3 +236,30 @@ async def test_words_too_common_to_rank_by_are_left_out(store: ConversationStore
         assert await store.run(rare_enough, ["weather", "nice"]) == ["weather", "nice"]
     assert [h.seq for h in await store.search_history(A, "weather umbrella", 3)][0] == seq
     assert len(await store.search_history(A, "weather", 3)) == 3
+
+async def test_a_neighbour_of_filler_alone_gives_way_to_the_turn_beyond_it(store: ConversationStore) -> None:
+    """An acknowledgement says nothing beside a hit: the nearest turn that says something is shown instead, cut
+    around the query's words."""
+    await store.ensure_session(SessionInfo(A, "telegram", "111"))
+    with time_machine.travel(WHEN, tick=False):
+        await store.append(A, [user("Where did you go last summer? " + "It was a long year. " * 12
+                                    + "I ask because of the trip to Lisbon"), assistant("ok, noted. [3fab12c0]"),
+                               user("Yes, we went to Lisbon in June"), assistant("ok, thanks!")])
+    hits = await store.search_history(A, "June Lisbon", 10)
+    assert hits[0].seq == 3 and hits[0].after is None
+    assert hits[0].before is not None and hits[0].before.seq == 1
+    assert hits[0].before.text.startswith("…") and hits[0].before.text.endswith("trip to Lisbon")
+
+async def test_output_holds_what_its_budget_holds_and_shows_a_turn_once(store: ConversationStore) -> None:
+    from agent.tools.history_search import OUTPUT_CHARS, format_hits
+
+    await store.ensure_session(SessionInfo(A, "telegram", "111"))
+    with time_machine.travel(WHEN, tick=False):
+        await store.append(A, [user(f"note {i}: the blue kayak is in shed {i}") for i in range(60)])
+    hits = await store.search_history(A, "blue kayak shed", 60)
+    out = format_hits(hits, UTC)
+    assert len(out) <= OUTPUT_CHARS < len(format_hits(hits, UTC, budget=10**6))
+    # each turn once: a hit already shown as a better hit's neighbour is not repeated
+    said = [line.split(": ", 1)[1] for line in out.splitlines()]
+    assert len(said) == len(set(said))
+    assert format_hits(hits[:1], UTC, budget=10) == format_hits(hits[:1], UTC)  # the best hit, whatever the budget
