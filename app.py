@@ -23,6 +23,7 @@ from bootstrap.preflight import (
     check_data_dir,
     check_database,
     lock_database,
+    migrate_database,
     setup_logging,
 )
 from bootstrap.runner import App
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         lock_database(cfg)
         check_database(cfg)
         check_channels(cfg)
+        migrated = migrate_database(cfg)
         window_note = check_context_window(cfg.model, cfg.model_context_window) if cfg.model_configured else None
     except SetupError as exc:
         print(f"setup error: {exc}", file=sys.stderr)
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     redact = setup_logging(cfg, quiet_console=interactive)
     if created:
         logger.info("created %s with the default settings (git ignores it)", path)
+    if migrated:
+        logger.info("%s", migrated)
     for note in [*notes, *([window_note] if window_note else [])]:
         logger.warning("config: %s", note)
     for name, why in channel_problems(cfg).items():

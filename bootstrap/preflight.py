@@ -174,6 +174,26 @@ def check_database(cfg: Config) -> None:
         engine.dispose()
 
 
+def migrate_database(cfg: Config) -> str | None:
+    """Bring the database's schema to head in a child process when it is not there yet (a first start, a new
+    version), so that the bot itself never imports Alembic; return the line to log, or None when the schema was
+    already at head. Raise :class:`SetupError` with the migration's reason when it fails."""
+    import time
+
+    from store.migrations import migrate_in_child, needs_upgrade
+
+    url = cfg.database_url()
+    if not needs_upgrade(url):
+        return None
+    started = time.perf_counter()
+    try:
+        before, head = migrate_in_child(url)
+    except (RuntimeError, OSError) as exc:
+        raise SetupError(f"the database {database_label(cfg)} could not be brought up to date: {exc}") from None
+    return (f"Database schema upgraded from {before or 'empty'} to {head} in a child process "
+            f"({(time.perf_counter() - started) * 1000:.0f} ms)")
+
+
 def channel_problems(cfg: Config) -> dict[str, str]:
     """The configured channels that cannot run, each with the reason (each channel's own preflight)."""
     from channels.registry import channel_problem

@@ -152,3 +152,51 @@ def _upgrade(connection: Connection, head: str) -> tuple[str | None, str]:
     command.upgrade(alembic_config(connection), "head")
     logger.info("Database schema upgraded from %s to %s", before or "empty", head)
     return before, head
+
+
+def needs_upgrade(url: str) -> bool:
+    """Whether the database at ``url`` is not at head yet (a fresh file, an older schema, one never stamped).
+
+    Cheap and without Alembic: one short connection and the one row of ``alembic_version``. The start uses it to
+    decide whether to migrate in a child process (:func:`migrate_in_child`), which keeps Alembic's import cost
+    (about 10 MB of a long-running process's memory) out of the bot.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if not path or path == ":memory:" or not Path(path).exists():
+            return True
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            return _version_rows(connection) != [head_revision()]
+    finally:
+        engine.dispose()
+
+
+#: How long a start waits for the migrating child (a large database's upgrade may take a while).
+MIGRATE_CHILD_SECONDS = 3600.0
+
+
+def migrate_in_child(url: str) -> tuple[str | None, str]:
+    """Bring the database at ``url`` to head in a child process (``python -m store.migrations``), so that Alembic
+    is never imported by the bot itself; return ``(revision before, head)``.
+
+    Raises ``RuntimeError`` with the child's own reason (its last line on stderr) when it fails.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = SCRIPT_LOCATION.parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-m", "store.migrations"], input=url, capture_output=True, text=True,
+                          env=env, timeout=MIGRATE_CHILD_SECONDS, check=False)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise RuntimeError(lines[-1] if lines else f"the migration process exited with status {done.returncode}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["before"], result["head"]
