@@ -17,6 +17,7 @@ from agent.tokens import check_context_window
 from bootstrap.first_run import create_config
 from bootstrap.preflight import (
     SETUP_ERROR,
+    Migration,
     SetupError,
     channel_problems,
     check_channels,
@@ -25,7 +26,6 @@ from bootstrap.preflight import (
     lock_database,
     setup_logging,
 )
-from bootstrap.runner import App
 from channels.registry import check_channel_type
 from channels.terminal import screen_is_ours
 from config.settings import load_config
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         lock_database(cfg)
         check_database(cfg)
         check_channels(cfg)
+        # in a child process, while this one imports the bot's parts (bootstrap.runner below)
+        migration = Migration(cfg)
         window_note = check_context_window(cfg.model, cfg.model_context_window) if cfg.model_configured else None
     except SetupError as exc:
         print(f"setup error: {exc}", file=sys.stderr)
@@ -69,10 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return SETUP_ERROR
+    from bootstrap.runner import App  # the bot's parts: most of the start's imports, beside the migration
+
+    try:
+        migrated = migration.wait()
+    except SetupError as exc:
+        print(f"setup error: {exc}", file=sys.stderr)
+        return SETUP_ERROR
     interactive = screen_is_ours(cfg)
     redact = setup_logging(cfg, quiet_console=interactive)
     if created:
         logger.info("created %s with the default settings (git ignores it)", path)
+    if migrated:
+        logger.info("%s", migrated)
     for note in [*notes, *([window_note] if window_note else [])]:
         logger.warning("config: %s", note)
     for name, why in channel_problems(cfg).items():

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -172,6 +173,39 @@ def check_database(cfg: Config) -> None:
                          "is running there and that db_url in config.json is right") from None
     finally:
         engine.dispose()
+
+
+class Migration:
+    """The database's schema brought to head in a child process (store/migrations), started by
+    :func:`start_migration` before the bot's own imports and waited for (:meth:`wait`) before the store opens."""
+
+    def __init__(self, cfg: Config) -> None:
+        from store.migrations import needs_upgrade, start_migration
+
+        self.label = database_label(cfg)
+        self.started = time.perf_counter()
+        self.child = start_migration(cfg.database_url()) if needs_upgrade(cfg.database_url()) else None
+
+    def wait(self) -> str | None:
+        """The line to log once the schema is at head (None when it already was); :class:`SetupError` with the
+        migration's reason when it failed."""
+        if self.child is None:
+            return None
+        from store.migrations import finish_migration
+
+        try:
+            before, head = finish_migration(self.child)
+        except (RuntimeError, OSError) as exc:
+            raise SetupError(f"the database {self.label} could not be brought up to date: {exc}") from None
+        return (f"Database schema upgraded from {before or 'empty'} to {head} in a child process "
+                f"({(time.perf_counter() - self.started) * 1000:.0f} ms)")
+
+
+def migrate_database(cfg: Config) -> str | None:
+    """Bring the database's schema to head in a child process when it is not there yet (a first start, a new
+    version), so that the bot itself never imports Alembic (about 9 MB); return the line to log, or None when the
+    schema was already at head. Raise :class:`SetupError` with the migration's reason when it fails."""
+    return Migration(cfg).wait()
 
 
 def channel_problems(cfg: Config) -> dict[str, str]:

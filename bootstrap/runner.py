@@ -56,8 +56,9 @@ class App:
         self.leadership: Leadership | None = None
         self.config_watcher: ConfigWatcher | None = None
         self.cleanup: CleanupJob | None = None
-        #: what starts after "ready" (config watching, leadership and the cleanup, orphan adoption): stopped first
-        self.background = Lifecycle()
+        #: every part that stops, in one declared order (:meth:`declare_stops`, then the channels as they start,
+        #: then what starts after "ready"): the last registered stops first
+        self.lifecycle = Lifecycle()
         self._stop = asyncio.Event()
         #: a second Ctrl-C (or SIGTERM) during the stop: stop waiting, what is unfinished resumes at the next start
         self._stop_now = asyncio.Event()
@@ -111,6 +112,7 @@ class App:
         logger.info("%s", start_line(cfg))
         services = self.services = await self.build(cfg)
         assert self.dispatcher is not None
+        await self.declare_stops(services)
         if self.redact is not None:
             redact = self.redact
             services.config.on_change(lambda old, new: redact.update(new))
@@ -149,6 +151,11 @@ class App:
 
     async def _start_channels(self, shared: bool) -> None:
         """Start every channel; one that fails is marked failed and the others still start."""
+        for channel in self.channels:
+            # a channel that failed to start is stopped too (what it opened before failing)
+            await self.lifecycle.start(f"channel {channel.name}", None, channel.stop)
+        # the replies in progress are waited for before any channel stops (they are sent through them)
+        await self.lifecycle.start("replies in progress", None, self._drain_turns)
         for channel in self.channels:
             try:
                 if shared and channel.single_receiver:  # the leader receives (start_background)
@@ -194,12 +201,12 @@ class App:
 
         assert self.leadership is not None and self.config_watcher is not None
         watcher, leadership = self.config_watcher, self.leadership
-        await self.background.start("config watcher", watcher.start, watcher.stop)
+        await self.lifecycle.start("config watcher", watcher.start, watcher.stop)
         if services.mcp is not None:  # the servers start together, each within its timeout, without holding the rest
             mcp = services.mcp
             starting = asyncio.create_task(mcp.start(), name="mcp servers")
-            await self.background.start("mcp servers", None, mcp.stop)
-            await self.background.start("mcp servers starting", None, starting.cancel)
+            await self.lifecycle.start("mcp servers", None, mcp.stop)
+            await self.lifecycle.start("mcp servers starting", None, starting.cancel)
         from media.files import sweep_media
 
         data_dir = services.config().data_path()
@@ -211,21 +218,21 @@ class App:
         for channel in self._leader_channels:  # e.g. Telegram polling: one process polls
             leadership.on_elected.append(channel.start_intake)
             leadership.on_deposed.append(channel.stop_intake)
-        await self.background.start("leadership", leadership.start, leadership.stop)  # its stop stops the cleanup
-        await self.background.start("cleanup", None, cleanup.stop)
+        await self.lifecycle.start("leadership", leadership.start, leadership.stop)  # its stop stops the cleanup
+        await self.lifecycle.start("cleanup", None, cleanup.stop)
         services.config.on_change(lambda old, new: cleanup.reschedule())
         await self.start_reminders(services)
         if services.locks.shared and services.summarizer is not None:
             adopt = asyncio.create_task(adopt_summary_orphans(services.summarizer), name="summary orphans")
-            await self.background.start("summary orphans", None, adopt.cancel)
+            await self.lifecycle.start("summary orphans", None, adopt.cancel)
         if services.summarizer is not None and not services.locks.shared:  # DESIGN §4: restore summaries ahead
             from agent.restore_ahead import restore_ahead
 
             ahead = asyncio.create_task(restore_ahead(services.store, services.sessions, services.config.current),
                                         name="restore ahead")
-            await self.background.start("restore ahead", None, ahead.cancel)
+            await self.lifecycle.start("restore ahead", None, ahead.cancel)
         probe = asyncio.create_task(self._check_model_endpoint(services.config.current), name="model endpoint probe")
-        await self.background.start("model endpoint probe", None, probe.cancel)
+        await self.lifecycle.start("model endpoint probe", None, probe.cancel)
         from console.site import start_console  # aiohttp and Jinja2: imported after "ready"
 
         # started last, so stopped first: no operator action starts while the rest stops
@@ -233,7 +240,7 @@ class App:
                                       leadership=self.leadership)
         if console is not None:
             services.console = console  # /console makes its new one-time links
-            await self.background.start("web console", None, console.stop)
+            await self.lifecycle.start("web console", None, console.stop)
         heap.freeze()
         self._warm_up("tokenizer", services.agent.counter, services.config.current.model)
         warm_ups = list(self._warm_ups)
@@ -253,7 +260,7 @@ class App:
         assert dispatcher is not None
         running = [c.name for c in self.channels if c.failure is None]
         firing = ReminderFiring(dispatcher.reminders, services.config, lambda: running, dispatcher.answer_journalled)
-        await self.background.start("reminders", _as_async(firing.start), _as_async(firing.stop))
+        await self.lifecycle.start("reminders", _as_async(firing.start), _as_async(firing.stop))
 
     def _warm_up(self, what: str, func: Any, *args: Any) -> None:
         """Run ``func(*args)`` in a worker thread, off the event loop; a failure is logged, not raised."""
@@ -289,9 +296,26 @@ class App:
         await asyncio.gather(*(c.wait_closed() for c in self.channels))
         await self.dispatcher.wait_idle()
 
+    async def declare_stops(self, services: Services) -> None:
+        """Register the stops of what :meth:`build` made, in start order, so that :meth:`shutdown` runs them last
+        first: the channels (registered as they start) and what starts after "ready" stop before these; then the
+        intake journal's last writes, the summaries, the plugins' last work, the model client, the cleanup's last
+        batch, the locks and the database."""
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
+        lifecycle = self.lifecycle
+        await lifecycle.start("database", None, services.store.close)
+        await lifecycle.start("locks", None, services.locks.close)
+        await lifecycle.start("cleanup's last batch", None, self._cleanup_stopped)
+        await lifecycle.start("model client", None, self._close_llm)
+        await lifecycle.start("plugins' last work", None, self._plugins_last_work)
+        await lifecycle.start("summaries", None, self._drain_summaries)
+        await lifecycle.start("intake journal", None, dispatcher.flush_intake)
+
     async def shutdown(self, services: Services) -> None:
-        """Stop in order: the background parts (last started first), in-flight turns, channels, summaries, the
-        plugins' last work, the model client, locks, database.
+        """Stop every part through :attr:`lifecycle`, in the reverse of the declared order: the background parts
+        (last started first), the replies in progress, the channels, the intake journal, the summaries, the
+        plugins' last work, the model client, the locks, the database.
 
         Each wait that may take seconds (turns, summaries, the plugins' last work) is said on the console with
         its bound, and a second Ctrl-C ends it at once: the turns and summaries cut short are journalled and
@@ -299,38 +323,47 @@ class App:
         """
         logger.info("stopping")
         self._stopping = True
-        await self.background.stop()
+        await self.lifecycle.stop()
+        logger.info("stopped")
+
+    async def _drain_turns(self) -> None:
+        """Wait (within TURN_GRACE_SECONDS) for the replies in progress; the rest resume at the next start."""
         dispatcher = self.dispatcher
         assert dispatcher is not None
         await self._wait_or_stop_now(
             f"up to {TURN_GRACE_SECONDS:.0f} s for the replies in progress" if dispatcher.busy else "",
             dispatcher.drain(TURN_GRACE_SECONDS), dispatcher.cut_turns, "they are answered after the next start")
-        for channel in reversed(self.channels):
-            try:
-                await channel.stop()
-            except Exception:  # noqa: BLE001
-                logger.exception("channel %s failed to stop", channel.name)
-        await dispatcher.flush_intake()
-        summarizer = services.summarizer
-        if summarizer is not None:
-            pending = summarizer.pending()
-            await self._wait_or_stop_now(
-                f"up to {SUMMARY_GRACE_SECONDS:.0f} s for {pending} summar{'y' if pending == 1 else 'ies'} to finish"
-                if pending else "", summarizer.drain(SUMMARY_GRACE_SECONDS), lambda: summarizer.drain(0),
-                "they resume at the next start")
-        if services.plugins is not None:  # e.g. the memory index stores what the last summaries wrote
-            try:
-                await self._wait_or_stop_now("", _within(PLUGIN_GRACE_SECONDS, services.plugins.stopping()), None, "")
-            except TimeoutError:
-                logger.warning("the plugins' last work did not finish within %.0f s (the memory index: an admin's "
-                               "/memory rebuild indexes what is missing)", PLUGIN_GRACE_SECONDS)
-        with contextlib.suppress(Exception):
-            await services.llm.close()
+
+    async def _drain_summaries(self) -> None:
+        """Wait (within SUMMARY_GRACE_SECONDS) for the pending summaries; the rest resume at the next start."""
+        summarizer = self.services.summarizer if self.services is not None else None
+        if summarizer is None:
+            return
+        pending = summarizer.pending()
+        await self._wait_or_stop_now(
+            f"up to {SUMMARY_GRACE_SECONDS:.0f} s for {pending} summar{'y' if pending == 1 else 'ies'} to finish"
+            if pending else "", summarizer.drain(SUMMARY_GRACE_SECONDS), lambda: summarizer.drain(0),
+            "they resume at the next start")
+
+    async def _plugins_last_work(self) -> None:
+        """The plugins' last background work (the memory index stores what the last summaries wrote)."""
+        plugins = self.services.plugins if self.services is not None else None
+        if plugins is None:
+            return
+        try:
+            await self._wait_or_stop_now("", _within(PLUGIN_GRACE_SECONDS, plugins.stopping()), None, "")
+        except TimeoutError:
+            logger.warning("the plugins' last work did not finish within %.0f s (the memory index: an admin's "
+                           "/memory rebuild indexes what is missing)", PLUGIN_GRACE_SECONDS)
+
+    async def _close_llm(self) -> None:
+        if self.services is not None:
+            with contextlib.suppress(Exception):
+                await self.services.llm.close()
+
+    async def _cleanup_stopped(self) -> None:
         if self.cleanup is not None:
             await self.cleanup.wait_stopped(2.0)
-        await services.locks.close()
-        await services.store.close()
-        logger.info("stopped")
 
 
 async def _within(seconds: float, work: Awaitable[Any]) -> Any:

@@ -1,9 +1,12 @@
-"""Editing one setting of config.json (``/config`` and the web console): parse a typed value, find its path,
-check it with the config model, and save the file atomically with every other key kept as it was."""
+"""Editing config.json (``/config`` and the web console): parse a typed value, find its path, check it with the
+config model, save the file atomically with every other key kept as it was, and put it in force
+(:func:`save_and_apply`, the one save both use)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,10 @@ from config.settings import (
     RESTART_KEYS,
     SECRET_KEYS,
     Config,
+    ConfigHolder,
     apply_environment,
     atomic_write_json,
+    live_config,
     read_file_data,
     resolve_paths,
     secret_refusal,
@@ -90,15 +95,9 @@ def with_setting(data: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def save_setting(path: str | Path, key: str, raw_value: str, *, environ: dict[str, str] | None = None,
-                 check=None) -> tuple[Config, bool]:
-    """Validate one changed setting, then write config.json atomically; return ``(new config, needs restart)``.
-
-    The new config is the whole file with the key replaced, validated before anything is written (and by
-    ``check(config)`` too, if given, which raises :class:`ConfigError`); environment secrets still win
-    and paths are resolved, as in :func:`load_config`. On any error nothing is written.
-    """
-    path = Path(path).expanduser().resolve()
+def setting_value(path: Path, key: str, raw_value: str) -> Any:
+    """The value ``/config <key> <raw_value>`` stands for; raise :class:`ConfigError` for a secret, a value too long,
+    or a nested secret added from a chat. A masked nested secret stands for the one in the file."""
     parts = setting_path(key)
     if parts[0] in SECRET_KEYS:
         raise ConfigError(secret_refusal(parts[0]))
@@ -107,21 +106,71 @@ def save_setting(path: str | Path, key: str, raw_value: str, *, environ: dict[st
                           f"{MAX_VALUE_CHARS:,}")
     field = Config.model_fields.get(parts[0])
     value = parse_value(raw_value, expects_text=len(parts) == 1 and field is not None and field.annotation is str)
-    # a file that cannot be read (empty, half-written, bad JSON) raises here: it is never written over
-    data = read_file_data(path)
     if parts[0] in NESTED_SECRET_KEYS:
+        # a file that cannot be read (empty, half-written, bad JSON) raises here: it is never written over
+        current = read_file_data(path).get(parts[0])
         # the value may be the masked one /config showed: a masked secret stands for the one in the file
-        value = unmasked(parts[0], value, data.get(parts[0]))
-        if added_secrets(value, data.get(parts[0])):
+        value = unmasked(parts[0], value, current)
+        if added_secrets(value, current):
             raise ConfigError(f"{parts[0]}: values in env and headers are secrets and cannot be set from a chat, "
                               "where the platform and the bot's journal would keep them: edit config.json by hand")
-    data = with_setting(data, key, value)
+    return value
+
+
+def write_settings(path: str | Path, changes: dict[str, Any], *, environ: dict[str, str] | None = None,
+                   check: Callable[[Config], None] | None = None) -> Config:
+    """config.json with ``changes`` applied (each key possibly dotted, ``plugins.<name>.<key>``), validated, then
+    written atomically; return the new config. Every other key keeps its place and value.
+
+    The new config is validated before anything is written (and by ``check(config)`` too, if given, which raises
+    :class:`ConfigError`); environment secrets still win and paths are resolved, as in :func:`load_config`. On
+    any error nothing is written.
+    """
+    path = Path(path).expanduser().resolve()
+    data = read_file_data(path)  # a file that cannot be read raises here: it is never written over
+    for key, value in changes.items():
+        data = with_setting(data, key, value)
     translated = translate_cowagent(data)
     validate_data(translated)  # what is written must be valid on its own
     cfg = resolve_paths(validate_data(apply_environment(translated, environ)), path.parent)
     if check is not None:
         check(cfg)
     atomic_write_json(path, data)
-    return cfg, parts[0] in RESTART_KEYS
+    return cfg
 
 
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A saved change: the config as written, the one in force now, and the restart-only keys that wait."""
+
+    saved: Config
+    live: Config
+    #: restart-only keys whose new value is saved and takes effect after a restart
+    pending: tuple[str, ...]
+
+    def restart_note(self) -> str:
+        """" <keys> take(s) effect after a restart." when some wait for one, else ""."""
+        return f" {', '.join(self.pending)} take(s) effect after a restart." if self.pending else ""
+
+
+def save_and_apply(holder: ConfigHolder, changes: dict[str, Any], *,
+                   check: Callable[[Config], None] | None = None) -> Applied:
+    """The one config save of ``/config`` and the web console: validate config.json with ``changes`` applied, write
+    it atomically (:func:`write_settings`), and put it in force at once, restart-only keys kept at their running
+    values until a restart (:func:`live_config`). Raise :class:`ConfigError` (nothing written, nothing applied)
+    or ``OSError`` (the file could not be written)."""
+    if holder.path is None:
+        raise ConfigError("there is no config file to write")
+    saved = write_settings(holder.path, changes, check=check)
+    live, pending = live_config(saved, holder())
+    holder.replace(live)
+    return Applied(saved, live, tuple(pending))
+
+
+def save_setting(path: str | Path, key: str, raw_value: str, *, environ: dict[str, str] | None = None,
+                 check: Callable[[Config], None] | None = None) -> tuple[Config, bool]:
+    """Validate one changed setting (``/config``'s text), then write config.json atomically; return ``(new config,
+    needs restart)``. Nothing is written on any error (:func:`write_settings`)."""
+    path = Path(path).expanduser().resolve()
+    value = setting_value(path, key, raw_value)
+    return write_settings(path, {key: value}, environ=environ, check=check), setting_path(key)[0] in RESTART_KEYS

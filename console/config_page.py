@@ -21,7 +21,7 @@ from aiohttp import web
 from yarl import URL
 
 from channels.registry import check_channel_type
-from config.edit import parse_value, with_setting
+from config.edit import parse_value, save_and_apply
 from config.settings import (
     ENV_OVERRIDES,
     KEY_HELP,
@@ -30,12 +30,8 @@ from config.settings import (
     RESTART_KEYS,
     SECRET_KEYS,
     Config,
-    apply_environment,
-    atomic_write_json,
-    live_config,
     masked,
     read_file_data,
-    resolve_paths,
     translate_cowagent,
     unmasked,
     validate_data,
@@ -168,20 +164,6 @@ def changed_settings(form: Any, current: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
-def save_settings(path: Path, changes: dict[str, Any], check: Any = None) -> Config:
-    """Validate config.json with ``changes`` applied, then write it atomically; nothing is written on error."""
-    data = read_file_data(path)  # an unreadable file raises: it is never written over
-    for key, value in changes.items():
-        data = with_setting(data, key, value)
-    translated = translate_cowagent(data)
-    validate_data(translated)  # what is written must be valid on its own
-    cfg = resolve_paths(validate_data(apply_environment(translated)), path.parent)
-    if check is not None:
-        check(cfg)
-    atomic_write_json(path, data)
-    return cfg
-
-
 async def save_config(request: web.Request) -> web.StreamResponse:
     """Save the changed settings and put them in force; refused when the file changed since the page loaded."""
     console = console_of(request)
@@ -208,19 +190,15 @@ async def save_config(request: web.Request) -> web.StreamResponse:
         changes = changed_settings(form, file_settings(path))
         if not changes:
             raise web.HTTPSeeOther(str(URL("/config").with_query(notice="Nothing changed.")))
-        cfg = save_settings(path, changes, _check(services, changes))
+        applied = save_and_apply(holder, changes, check=_check(services, changes))
     except ConfigError as exc:
         return again(f"Nothing saved: {str(exc).rstrip('.')}.")
     except OSError as exc:
         logger.error("web console: cannot write %s: %s", path, exc)
         return again(f"Nothing saved: config.json could not be written ({exc.strerror or exc}).", 500)
-    live, pending = live_config(cfg, holder())
-    holder.replace(live)
     logger.info("web console: config changed: %s%s", ", ".join(changes),
-                f" ({', '.join(pending)} after a restart)" if pending else "")
-    notice = f"Saved: {', '.join(changes)}."
-    if pending:
-        notice += f" {', '.join(pending)} take(s) effect after a restart."
+                f" ({', '.join(applied.pending)} after a restart)" if applied.pending else "")
+    notice = f"Saved: {', '.join(changes)}.{applied.restart_note()}"
     raise web.HTTPSeeOther(str(URL("/config").with_query(notice=notice)))
 
 

@@ -98,18 +98,18 @@ class McpManager:
             for server in gone:
                 logger.info("mcp server %s: stopped (its configuration changed)", server.name)
             new = []
-            if any(name not in self.servers for name in wanted):
-                # the SDK takes seconds to import: off the event loop, and only when a server is configured
+            starting = {name: entry for name, entry in wanted.items() if name not in self.servers}
+            if starting:
+                # the SDK takes seconds and ~40 MB to import: off the event loop, and only when a server is configured
                 try:
                     await asyncio.to_thread(importlib.import_module, "mcp_tools.server")
                 except ImportError as exc:
                     logger.error("mcp_servers cannot start: the mcp package cannot be imported (%s); install the "
                                  "requirements again: python -m pip install -r requirements.txt", exc)
                     return
-            from mcp_tools.server import McpServer
+                from mcp_tools.server import McpServer
 
-            for name, entry in wanted.items():
-                if name not in self.servers:
+                for name, entry in starting.items():
                     server = self.servers[name] = McpServer(name, entry, log_dir=self.log_dir, policy=self.policy,
                                                             ping_interval=self.ping_interval,
                                                             on_tools=self._changed)

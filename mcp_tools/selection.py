@@ -20,12 +20,12 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from agent.tools.base import TURN_TOOLS, Tool, ToolContext, ToolQuery, ToolRegistry, ToolSet
 from mcp_tools.manager import McpManager
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from config.settings import Config
     from memory.embeddings import BaseEmbedder
 
@@ -106,6 +106,8 @@ class Ranker:
                            exc_info=True)
             self._failed = True
             return None
+        import numpy as np  # the embedding model's vectors: numpy is loaded once they exist, not before
+
         words = [_overlap(text, _about(t)) for t in tools]
         # similarity first; shared words (a tool named in the message) break near-ties
         return [float(np.dot(self._vectors[_about(t)], query)) + 0.05 * w for t, w in zip(tools, words, strict=True)]

@@ -445,7 +445,11 @@ class TelegramChannel(BaseChannel):
         """Reserve the chat's next edit: seconds to wait for it. Edits of every reply in a chat share one
         pace, so two replies streaming into one group stay inside its flood limit together."""
         # A generic cell-rate limiter: _next_edit holds the chat's theoretical time of the next call; up to
-        # `burst` calls may be that far ahead of now.
+        # `burst` calls may be that far ahead of now. Not PTB's AIORateLimiter: it waits inside each Bot API
+        # call (the pump must wait *before* it takes the text, so an edit shows the latest words), paces only
+        # the bot overall and groups (no per-chat pace in private chats), and is off with telegram_rate_limit
+        # false. Not aiolimiter.AsyncLimiter per chat either: a flood limit's retry_after must push the chat's
+        # next slot later (hold_chat) and a send must count without waiting, which it has no public way to do.
         now = asyncio.get_running_loop().time()
         interval, burst = (GROUP_EDIT_INTERVAL, GROUP_EDIT_BURST) if is_group else (EDIT_INTERVAL, 1)
         due = max(now, self._next_edit.get(chat_id, 0.0))

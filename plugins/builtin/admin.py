@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from dispatcher.commands import Services
 
 from channels.registry import check_channel_type
-from config.edit import get_setting, save_setting, setting_path
-from config.settings import KNOWN_KEYS, RESTART_KEYS, SECRET_KEYS, Config, live_config, load_config, mask_secret, masked
+from config.edit import get_setting, save_and_apply, setting_path, setting_value
+from config.settings import KNOWN_KEYS, RESTART_KEYS, SECRET_KEYS, Config, load_config, mask_secret, masked
 from core.errors import ConfigError
 from dispatcher.admins import LOCKOUT_SECONDS
 from dispatcher.commands import CommandRequest
@@ -101,14 +101,14 @@ async def set_setting(request: CommandRequest, key: str, raw: str) -> str:
         return "There is no config file to write, so settings can only be shown."
     try:
         parts = setting_path(key)
-        cfg, needs_restart = save_setting(holder.path, key, raw, check=_check(services, parts))
+        value = setting_value(holder.path, key, raw)
+        cfg = save_and_apply(holder, {key: value}, check=_check(services, parts)).saved
     except ConfigError as exc:
         return f"Nothing changed: {_sentence(str(exc))}{_list_example(key, raw)}"
     except OSError as exc:
         logger.error("/config: cannot write %s: %s", holder.path, exc)
         return f"Nothing changed: config.json could not be written ({exc.strerror or exc})."
-    live, _pending = live_config(cfg, holder())
-    holder.replace(live)
+    needs_restart = parts[0] in RESTART_KEYS
     logger.info("/config: %s changed by %s%s", key, request.user_key, " (after restart)" if needs_restart else "")
     value = shown(key, get_setting(cfg, key))
     if needs_restart:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import logging
 import re
+import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -152,3 +153,82 @@ def _upgrade(connection: Connection, head: str) -> tuple[str | None, str]:
     command.upgrade(alembic_config(connection), "head")
     logger.info("Database schema upgraded from %s to %s", before or "empty", head)
     return before, head
+
+
+def needs_upgrade(url: str) -> bool:
+    """Whether the database at ``url`` is not at head yet (a fresh file, an older schema, one never stamped).
+
+    Cheap and without Alembic: one short connection and the one row of ``alembic_version``. The start uses it to
+    decide whether to migrate in a child process (:func:`migrate_in_child`), which keeps Alembic's import cost
+    (about 10 MB of a long-running process's memory) out of the bot.
+    """
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if not path or path == ":memory:":
+            return False  # a database of this process alone: the store migrates it itself
+        return _sqlite_versions(Path(path)) != [head_revision()]
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            return _version_rows(connection) != [head_revision()]
+    finally:
+        engine.dispose()
+
+
+def _sqlite_versions(path: Path) -> list[str]:
+    """The revisions stamped in a SQLite file's ``alembic_version`` (none for a missing or empty file), read with
+    the standard library: the start asks before SQLAlchemy is imported."""
+    import sqlite3
+    from contextlib import closing
+
+    if not path.exists():
+        return []
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return [row[0] for row in db.execute(f"SELECT version_num FROM {VERSION_TABLE}")]
+    except sqlite3.OperationalError:  # no such table: never migrated
+        return []
+
+
+#: How long a start waits for the migrating child (a large database's upgrade may take a while).
+MIGRATE_CHILD_SECONDS = 3600.0
+
+
+def start_migration(url: str) -> subprocess.Popen[str]:
+    """Start bringing the database at ``url`` to head in a child process (``python -m store.migrations``), so that
+    Alembic is never imported by the bot itself; :func:`finish_migration` waits for it. The start goes on with its
+    own imports meanwhile, so on two cores the child costs a start little time."""
+    import os
+    import subprocess
+    import sys
+
+    root = SCRIPT_LOCATION.parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    child = subprocess.Popen([sys.executable, "-m", "store.migrations"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert child.stdin is not None
+    stdin, child.stdin = child.stdin, None  # written and closed here: communicate() only reads
+    stdin.write(url)  # not on the command line: the URL may hold a password
+    stdin.close()
+    return child
+
+
+def finish_migration(child: subprocess.Popen[str]) -> tuple[str | None, str]:
+    """Wait for :func:`start_migration`'s child; return ``(revision before, head)``. Raise ``RuntimeError`` with the
+    child's own reason (its last line on stderr) when it failed."""
+    stdout, stderr = child.communicate(timeout=MIGRATE_CHILD_SECONDS)
+    if child.returncode != 0:
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        raise RuntimeError(lines[-1] if lines else f"the migration process exited with status {child.returncode}")
+    import json
+
+    result = json.loads(stdout.strip().splitlines()[-1])
+    return result["before"], result["head"]
+
+
+def migrate_in_child(url: str) -> tuple[str | None, str]:
+    """Bring the database at ``url`` to head in a child process and wait for it (:func:`start_migration`)."""
+    return finish_migration(start_migration(url))

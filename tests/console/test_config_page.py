@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import KEY_HELP, KNOWN_KEYS, Config
-from console.config_page import changed_settings, fields, file_digest, parse_field, save_settings, shown_value
+from config.edit import save_and_apply, write_settings
+from config.settings import KEY_HELP, KNOWN_KEYS, Config, ConfigHolder, load_config
+from console.config_page import changed_settings, fields, file_digest, parse_field, shown_value
 from core.errors import ConfigError
 
 
@@ -74,10 +75,15 @@ def test_only_changed_keys_are_saved_and_every_other_key_keeps_its_place(tmp_pat
     changes = changed_settings(form, current)
     assert changes == {"agent_max_context_turns": 2, "admin_password": "new-admin-pass"}
     digest = file_digest(path)
-    cfg = save_settings(path, changes)
-    assert cfg.agent_max_context_turns == 2
+    holder = ConfigHolder(load_config(path), path)
+    applied = save_and_apply(holder, {**changes, "telegram_mode": "webhook"})  # the one save /config uses too
+    assert applied.saved.agent_max_context_turns == 2 == holder().agent_max_context_turns  # in force at once
+    assert applied.saved.telegram_mode == "webhook" and holder().telegram_mode == "polling"  # after a restart
+    assert applied.pending == ("telegram_mode",)
+    assert applied.restart_note() == " telegram_mode take(s) effect after a restart."
     saved = json.loads(path.read_text(encoding="utf-8"))
-    assert saved == {**original, "agent_max_context_turns": 2, "admin_password": "new-admin-pass"}
+    assert saved == {**original, "agent_max_context_turns": 2, "admin_password": "new-admin-pass",
+                     "telegram_mode": "webhook"}
     assert list(saved)[:4] == list(original)
     assert file_digest(path) != digest
 
@@ -86,7 +92,7 @@ def test_an_invalid_value_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"model": "m1"}\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="invalid value for 'agent_max_context_turns'"):
-        save_settings(path, {"agent_max_context_turns": 0})
+        write_settings(path, {"agent_max_context_turns": 0})
     with pytest.raises(ConfigError, match="invalid value for 'cleanup_hour'"):
-        save_settings(path, {"cleanup_hour": "twelve"})
+        write_settings(path, {"cleanup_hour": "twelve"})
     assert path.read_text(encoding="utf-8") == '{"model": "m1"}\n'

@@ -157,7 +157,7 @@ async def test_daily_reminder_fires_on_two_consecutive_simulated_days(servers, t
         app = App(path)
         run = asyncio.create_task(app.run(load_config(path, environ={})))
         try:
-            await until(lambda: "reminders" in app.background.started, 20)
+            await until(lambda: "reminders" in app.lifecycle.started, 20)
             api.push_text(23, "/remind every day 9:00 water the plants", user_id=23)
             await until(lambda: sent_to(api, 23))
             assert sent_to(api, 23)[0] == ("OK, I'll remind you Sat 2026-03-28 09:00 (Europe/Berlin), then every day "

@@ -89,3 +89,40 @@ def test_ctrl_c_says_it_waits_for_a_summary_and_a_second_one_stops_now(tmp_path,
     assert done.returncode == 0, done.stderr
     (daily,) = (tmp_path / "data" / "memory" / "terminal_local").glob("*.md")
     assert "- the user said one and two" in daily.read_text(encoding="utf-8")
+
+
+async def test_every_part_stops_through_the_lifecycle_in_one_declared_order(tmp_path, caplog):
+    """``App`` (bootstrap/runner.py) registers every part's stop on its one ``Lifecycle``: what :meth:`declare_stops`
+    made, the channels as they start, the replies in progress, then what starts after "ready"; a stop runs them
+    last first, and the database closes last."""
+    import asyncio
+    import logging
+
+    from bootstrap.runner import App
+    from config.settings import load_config
+    from tests.e2e.test_telegram import settings
+    from tests.fakes.openai_server import FakeOpenAIServer
+    from tests.fakes.telegram_api import FakeTelegramAPI
+
+    with FakeTelegramAPI() as api, FakeOpenAIServer() as llm:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**settings(api, llm), "web_console_port": 0}), encoding="utf-8")
+        app = App(path)
+        run = asyncio.create_task(app.run(load_config(path, environ={})))
+        try:
+            async with asyncio.timeout(30):
+                while "model endpoint probe" not in app.lifecycle.started:  # noqa: ASYNC110 - nothing to await
+                    await asyncio.sleep(0.05)
+            started = list(app.lifecycle.started)
+            store = app.services.store
+        finally:
+            with caplog.at_level(logging.INFO):
+                app.request_stop()
+                await asyncio.wait_for(run, 30)
+    assert started == ["database", "locks", "cleanup's last batch", "model client", "plugins' last work", "summaries",
+                       "intake journal", "channel telegram", "replies in progress", "config watcher", "mcp servers",
+                       "mcp servers starting", "leadership",
+                       "cleanup", "reminders", "restore ahead", "model endpoint probe"]
+    assert app.lifecycle.started == [] and store.database is None  # all stopped, the database closed
+    lines = [(r.name, r.getMessage()) for r in caplog.records if r.name in ("app", "store.engine")]
+    assert lines[-1] == ("app", "stopped") and lines[-2][0] == "store.engine"  # the database closes last

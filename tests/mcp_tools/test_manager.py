@@ -72,3 +72,29 @@ async def test_servers_start_together_and_follow_config_edits(tmp_path) -> None:
     finally:
         await mgr.stop()
     assert mgr.servers == {} and mgr.tools_for(PRIVATE_OTHER) == []
+
+
+def test_without_servers_the_sdk_and_numpy_are_never_imported() -> None:
+    """The mcp SDK (about 20 MB and seconds of CPU) is imported only when a server is configured; numpy only once
+    tools are ranked by their vectors (a fresh interpreter: this one has imported both)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import asyncio, sys\n"
+        "from config.settings import ConfigHolder, validate_data\n"
+        "from agent.tools.base import ToolRegistry\n"
+        "from mcp_tools import install\n"
+        "holder = ConfigHolder(validate_data({'memory_embedding_model': ''}))\n"
+        "manager = install(holder, lambda key: False, ToolRegistry())\n"
+        "async def main():\n"
+        "    await manager.start()\n"
+        "    await manager.stop()\n"
+        "asyncio.run(main())\n"
+        "loaded = sorted({'mcp', 'numpy', 'mcp_tools.server'} & set(sys.modules))\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -26,6 +26,8 @@ from store.migrations import (
     alembic_config,
     current_revision,
     head_revision,
+    migrate_in_child,
+    needs_upgrade,
     scan_head,
     script_directory,
     upgrade_to_head,
@@ -248,3 +250,42 @@ async def test_fast_path_leaves_other_revisions_to_alembic(db_url: str) -> None:
             await store.migrate()
     finally:
         await store.close()
+
+
+def test_migrate_in_child_brings_a_database_to_head_and_says_why_it_cannot(db_url: str) -> None:
+    """A start migrates in a child process (Alembic's import cost stays out of the bot), and its refusal reaches
+    the parent as the child's reason."""
+    assert needs_upgrade(db_url)
+    assert migrate_in_child(db_url) == (None, head_revision())
+    assert not needs_upgrade(db_url)
+    assert migrate_in_child(db_url) == (head_revision(), head_revision())
+    from sqlalchemy import create_engine
+
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            assert {t for t in inspect(conn).get_table_names() if not is_search_table(t)} == \
+                MODEL_TABLES | {"alembic_version"}
+            conn.execute(text("UPDATE alembic_version SET version_num = 'zz99'"))
+    finally:
+        engine.dispose()
+    assert needs_upgrade(db_url)
+    with pytest.raises(RuntimeError, match=r"^the database schema is at revision 'zz99', which this version does "
+                                           r"not know \(newest known: '\d+'\); run a newer version of the bot$"):
+        migrate_in_child(db_url)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_start_that_migrates_does_not_import_alembic(db_url: str) -> None:
+    script = (
+        "import sys\n"
+        "from bootstrap.preflight import migrate_database\n"
+        "from config.settings import Config\n"
+        f"cfg = Config(db_url={db_url!r})\n"
+        "line = migrate_database(cfg)\n"
+        "assert line.startswith('Database schema upgraded from empty to '), line\n"
+        "assert migrate_database(cfg) is None\n"
+        "assert 'alembic' not in sys.modules, 'alembic was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
