@@ -2,7 +2,7 @@
 
 LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with questions
 whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one session of the
-real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
+real store (``Store``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
 (how a group's messages reach the bot); then each question is asked of the store's ``search_history``, as the
 ``history_search`` tool does, and a question counts as found when one of its evidence turns is among the first
 5 (or 10) hits; "shown" counts it found when it is in the first 5 hits' output at all, as a hit or as the turn
@@ -45,10 +45,11 @@ if str(ROOT) not in sys.path:
 
 from sqlalchemy import text  # noqa: E402
 
+from core.records import SessionInfo  # noqa: E402
 from memory.embeddings import build_embedder  # noqa: E402
 from memory.history_index import HistoryIndex  # noqa: E402
 from store import message_vectors  # noqa: E402
-from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+from store.store import Store  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
@@ -73,25 +74,26 @@ def evidence_ids(qa: dict[str, Any]) -> set[str]:
     return {part.strip() for item in qa.get("evidence") or [] for part in str(item).split(";") if part.strip()}
 
 
-async def store_turns(store: ConversationStore, session_id: str, items: list[dict[str, Any]]) -> dict[str, int]:
+async def store_turns(store: Store, session_id: str, items: list[dict[str, Any]]) -> dict[str, int]:
     """Store the turns as user messages; return each dialog id's seq."""
-    await store.ensure_session(SessionInfo(session_id, "bench", session_id))
+    await store.sessions.ensure(SessionInfo(session_id, "bench", session_id))
     seqs: dict[str, int] = {}
     for start in range(0, len(items), 500):
         batch = items[start:start + 500]
-        stored = await store.append(session_id, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')}"}
+        stored = await store.sessions.append(session_id, [{"role": "user",
+                                                           "content": f"{t['speaker']}: {t.get('text', '')}"}
                                                  for t in batch])
         seqs.update({t["dia_id"]: seq for t, seq in zip(batch, stored, strict=True)})
     return seqs
 
 
-async def analyze(store: ConversationStore) -> None:
+async def analyze(store: Store) -> None:
     """PostgreSQL: gather the planner's statistics, as autovacuum does soon after a table grows."""
     if store.dialect == "postgresql":
         await store.run(lambda conn: conn.execute(text("ANALYZE")))
 
 
-async def recall(store: ConversationStore, data: list[dict[str, Any]], index: HistoryIndex | None,
+async def recall(store: Store, data: list[dict[str, Any]], index: HistoryIndex | None,
                  ) -> tuple[dict[str, dict[int, list[tuple[bool, bool, bool]]]], dict[str, list[float]], list[str]]:
     """Per way of searching ("words", "words+meaning") and category, (found in top 5, in top 10, shown by the top
     5) for each question; search times in ms per way; the questions."""
@@ -109,7 +111,7 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
         print(f"indexing {done:,} turns (embedded with the turn before each): {elapsed * 1000 / (done / 1000):,.0f} ms "
               f"per 1,000 turns")
         await analyze(store)
-    ways = {"words": lambda sid, q: store.search_history(sid, q, 10)}
+    ways = {"words": lambda sid, q: store.sessions.search_history(sid, q, 10)}
     if index is not None:
         ways["words+meaning"] = lambda sid, q: index.search(sid, q, 10)
     for sid, conversation, seqs in stored:
@@ -129,23 +131,23 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
     return found, times, questions
 
 
-async def scale(store: ConversationStore, data: list[dict[str, Any]], n: int, questions: list[str],
+async def scale(store: Store, data: list[dict[str, Any]], n: int, questions: list[str],
                 index: HistoryIndex | None) -> tuple[float, dict[str, list[float]]]:
     """Fill one session with ``n`` turns (and their vectors); return ms per 1,000 turns stored and the search
     times in ms per way."""
     base = [t for conversation in data for t in turns(conversation)]
     sid = "locomo:scale"
-    await store.ensure_session(SessionInfo(sid, "bench", sid))
+    await store.sessions.ensure(SessionInfo(sid, "bench", sid))
     started = time.perf_counter()
     for start in range(0, n, 1000):
         batch = [base[i % len(base)] for i in range(start, min(n, start + 1000))]
-        await store.append(sid, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')} (copy {i})"}
+        await store.sessions.append(sid, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')} (copy {i})"}
                                  for i, t in enumerate(batch, start=start)])
     per_thousand = (time.perf_counter() - started) * 1000 / (n / 1000)
     if index is not None:
         await store.run(copy_vectors, sid, index.model_name)
     await analyze(store)
-    ways = {"words": lambda q: store.search_history(sid, q, 10)}
+    ways = {"words": lambda q: store.sessions.search_history(sid, q, 10)}
     if index is not None:
         ways["words+meaning"] = lambda q: index.search(sid, q, 10)
         await index.search(sid, "warm", 10)  # the session's matrix is read once, then kept
@@ -204,7 +206,7 @@ async def run(args: argparse.Namespace) -> int:
     data = load(Path(args.path))
     folder = Path(tempfile.mkdtemp(prefix="locomo-"))
     url = args.db_url or f"sqlite:///{folder / 'bench.db'}"
-    store = ConversationStore(url)
+    store = Store(url)
     await store.open()
     embedder = build_embedder(args.embedding, base_url="", api_key="")
     index = HistoryIndex(store, embedder) if embedder is not None else None

@@ -41,7 +41,7 @@ async def history_search(ctx: ToolContext, query: str) -> str:
     if index is not None:  # words and meaning (memory/history_index.py)
         hits = await index.search(ctx.session_id, query, RESULT_LIMIT, before)
     else:
-        hits = await store.search_history(ctx.session_id, query, RESULT_LIMIT, before_seq=before)
+        hits = await store.sessions.search_history(ctx.session_id, query, RESULT_LIMIT, before_seq=before)
     if not hits:
         return f"No messages in this conversation's history match {query.strip()!r}."
     zone = ctx.config.zone()

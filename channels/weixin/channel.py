@@ -72,7 +72,6 @@ from core.messages import IncomingMessage
 from core.retry import RECEIVE, RetryPolicy, no_hint
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from tenacity import RetryCallState
 
     from config.settings import Config
@@ -163,7 +162,7 @@ class WeixinChannel(BaseChannel):
 
     name = "weixin"
 
-    def __init__(self, config: Config, services: Services | None = None) -> None:
+    def __init__(self, config: Config, services: Any = None) -> None:  # the dispatcher's Services (window hint)
         super().__init__()
         self.config = config
         #: the app's parts: the model's window for the terminal banner
