@@ -40,7 +40,7 @@ from store import message_vectors as mv
 from store.history_search import HistoryHit, history_hits, message_text, rank_history
 
 if TYPE_CHECKING:
-    from store.store import Store
+    from store.conversations import ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class SessionVectors:
 class HistoryIndex:
     """The vectors of every stored turn: the background indexer and the hybrid search over them."""
 
-    def __init__(self, store: Store, embedder: BaseEmbedder | None = None) -> None:
+    def __init__(self, store: ConversationStore, embedder: BaseEmbedder | None = None) -> None:
         self.store = store
         self.embedder = embedder
         #: the settings the embedder was built from (the memory_index plugin compares them)

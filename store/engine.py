@@ -106,7 +106,8 @@ def unreachable(url: str, timeout: float) -> str | None:
         with engine.connect():
             return None
     except SQLAlchemyError as exc:
-        return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        return str(reason).strip().splitlines()[0]
     finally:
         engine.dispose()
 
