@@ -41,7 +41,7 @@ from media.files import read_image
 
 if TYPE_CHECKING:
     from config.settings import Config
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ __all__ = [
 
 
 async def settle_images(state: Any, turn: ImageTurn, answer: str | None, *, llm: BaseLLM, model: str,
-                        store: ConversationStore, data_dir: Path, vision: bool) -> int:
+                        store: Store, data_dir: Path, vision: bool) -> int:
     """After a turn: every image still pending in the context becomes words, in the database first, then in
     the context (``state.swap_media``). Returns how many. Never raises for a failed description (it is kept as
     :data:`NOT_DESCRIBED`); a database error is raised (the turn's answer is stored already).

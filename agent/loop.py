@@ -48,7 +48,7 @@ from core.llm import BaseLLM, LLMResponse, ReplySlots, SlottedLLM, StreamingLLM
 from core.turns import Turn
 from core.usage import usage_scope
 from memory.person import prompt_person
-from store.conversations import ConversationStore
+from store.store import Store
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -187,7 +187,7 @@ class Agent:
         *,
         llm: BaseLLM,
         tools: ToolRegistry,
-        store: ConversationStore,
+        store: Store,
         config: Callable[[], Config],
         sink: DropSink,
         notes: Callable[[str], str | None] | None = None,

@@ -22,7 +22,7 @@ from core.turns import restore_turn_count
 if TYPE_CHECKING:
     from agent.session import SessionManager
     from config.settings import Config
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +32,14 @@ RECENT_DAYS = 3
 MAX_SESSIONS = 50
 
 
-async def restore_ahead(store: ConversationStore, sessions: SessionManager, config: Config) -> int:
+async def restore_ahead(store: Store, sessions: SessionManager, config: Config) -> int:
     """Load the recent sessions that need a restore summary, which starts it; return how many were loaded."""
     keep = restore_turn_count(config.agent_max_context_turns)
     since = datetime.now(UTC) - timedelta(days=RECENT_DAYS)
     started = time.monotonic()
     # a turn is at least two messages: fewer than that many beyond the restored turns leave nothing to summarise
     try:
-        infos = await store.sessions_to_restore(since, unsummarised=2 * keep, limit=MAX_SESSIONS)
+        infos = await store.sessions.to_restore(since, unsummarised=2 * keep, limit=MAX_SESSIONS)
     except Exception:  # noqa: BLE001 - a courtesy: each session's first message restores it anyway
         logger.warning("finding the sessions to restore ahead failed; each restores at its first message",
                        exc_info=True)

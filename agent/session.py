@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from core.records import SessionInfo, StoredMessage
 from core.turns import CtxMessage, Turn, conversation_turns, group_turns, restore_turn_count, text_only
-from store.conversations import ConversationStore
 from store.media import rewrite_message
+from store.store import Store
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -104,7 +104,7 @@ class LiveSessions(OrderedDict[str, "SessionState"]):
     no turn sees half of a change.
     """
 
-    def __init__(self, store: ConversationStore) -> None:
+    def __init__(self, store: Store) -> None:
         super().__init__()
         self.store = store
 
@@ -117,9 +117,9 @@ class LiveSessions(OrderedDict[str, "SessionState"]):
         """Make ``summary`` (covering ``turns`` turns, made through ``through_seq``) the session's injected summary:
         stored, then live. When ``superseded()`` turns true while storing (a clear came), the stored summary is
         reset again and the live one left alone; False then."""
-        await self.store.set_summary(session_id, summary, turns, through_seq=through_seq)
+        await self.store.sessions.set_summary(session_id, summary, turns, through_seq=through_seq)
         if superseded():  # cleared while writing: a cleared context starts empty
-            await self.store.set_summary(session_id, None, 0, through_seq=through_seq)
+            await self.store.sessions.set_summary(session_id, None, 0, through_seq=through_seq)
             return False
         state = self.get(session_id)
         if state is not None:
@@ -128,14 +128,14 @@ class LiveSessions(OrderedDict[str, "SessionState"]):
 
     async def mark_summarized(self, session_id: str, through_seq: int) -> None:
         """Messages through ``through_seq`` are summarised; the summary stays as it is."""
-        await self.store.set_summarized_through(session_id, through_seq)
+        await self.store.sessions.set_summarized_through(session_id, through_seq)
         state = self.get(session_id)
         if state is not None:
             state._mark_summarized(through_seq)
 
     async def reset_summary(self, session_id: str, through_seq: int) -> None:
         """No injected summary (a clear job), messages through ``through_seq`` summarised."""
-        await self.store.set_summary(session_id, None, 0, through_seq=through_seq)
+        await self.store.sessions.set_summary(session_id, None, 0, through_seq=through_seq)
         state = self.get(session_id)
         if state is not None:
             state._set_summary(None, 0, through_seq)
@@ -159,7 +159,7 @@ class SessionState:
     messages: list[CtxMessage]
     context_start_seq: int
     #: where the context is stored (the manager's store)
-    store: ConversationStore = field(repr=False)
+    store: Store = field(repr=False)
     summary: str | None = None
     summary_turns: int = 0
     summarized_through_seq: int = 0
@@ -201,7 +201,7 @@ class SessionState:
     async def add(self, message: dict[str, Any]) -> int:
         """Store ``message`` (an assistant or tool message, an answer without a journal row) and put it at the
         end of the context; its seq."""
-        (seq,) = await self.store.append(self.session_id, [message])
+        (seq,) = await self.store.sessions.append(self.session_id, [message])
         self._append(seq, message)
         return seq
 
@@ -210,14 +210,14 @@ class SessionState:
         model call, and put it in the context; its seq."""
         if inbox_id is None:
             return await self.add(message)
-        seq = await self.store.append_user(self.session_id, message, inbox_id)
+        seq = await self.store.sessions.append_user(self.session_id, message, inbox_id)
         self._append(seq, message)
         return seq
 
     async def add_answer(self, message: dict[str, Any], inbox_id: int, reply: str) -> int:
         """Store the turn's final answer and the outbox's copy of its ``reply`` (one transaction), and put it in
         the context; its seq."""
-        seq = await self.store.append_answer(self.session_id, message, inbox_id, reply)
+        seq = await self.store.sessions.append_answer(self.session_id, message, inbox_id, reply)
         self._append(seq, message)
         return seq
 
@@ -229,7 +229,7 @@ class SessionState:
         if message is not None:
             self._append(user_seq, message)
         else:
-            self._extend(await self.store.load_messages(self.session_id, user_seq, user_seq))
+            self._extend(await self.store.sessions.load_messages(self.session_id, user_seq, user_seq))
 
     async def apply(self, messages: list[CtxMessage], start: int | None = None) -> None:
         """Make ``messages`` (a prepared or trimmed context) the context; with ``start``, the boundary moves
@@ -241,16 +241,16 @@ class SessionState:
     async def move_boundary(self, seq: int) -> None:
         """The context now starts at ``seq``, in memory and in the store."""
         self._move_boundary(seq)
-        await self.store.set_context_start(self.session_id, seq)
+        await self.store.sessions.set_context_start(self.session_id, seq)
 
     async def clear(self) -> None:
         """Empty the context by moving the boundary past every stored message, and reset the summary. Rows are
         kept."""
-        record = await self.store.get_session(self.session_id)
+        record = await self.store.sessions.get(self.session_id)
         last = record.last_seq if record else max((m.seq for m in self.messages), default=0)
         self._reset(last)
-        await self.store.set_context_start(self.session_id, last + 1)
-        await self.store.set_summary(self.session_id, None)
+        await self.store.sessions.set_context_start(self.session_id, last + 1)
+        await self.store.sessions.set_summary(self.session_id, None)
 
     async def swap_media(self, seq: int, message: dict[str, Any]) -> bool:
         """Put ``message`` (a photo now words) in place of the stored message ``seq``, in the store, then in the
@@ -320,7 +320,7 @@ class SessionState:
 class SessionManager:
     """Holds loaded session contexts, at most ``max_cached`` of them (least recently used evicted)."""
 
-    def __init__(self, store: ConversationStore, config: Callable[[], Config], sink: DropSink,
+    def __init__(self, store: Store, config: Callable[[], Config], sink: DropSink,
                  max_cached: int = 2000, max_idle: float = IDLE_EVICT_SECONDS,
                  live: LiveSessions | None = None) -> None:
         self.store = store
@@ -396,13 +396,13 @@ class SessionManager:
         state = await self.get(info)
         sid = info.session_id
         async with state.lock:
-            record = await self.store.get_session(sid)
+            record = await self.store.sessions.get(sid)
             last = record.last_seq if record else max((m.seq for m in state.messages), default=0)
             done = max(state.summarized_through_seq, record.summarized_through_seq if record else 0)
             first = max(state.context_start_seq, done + 1)
             saved = 0
             if first <= last:
-                stored = await self.store.load_messages(sid, first, last)
+                stored = await self.store.sessions.load_messages(sid, first, last)
                 saved = sum(1 for m in stored if m.message.get("role") == "user")
                 if stored:
                     await self.sink.submit(sid, "clear", first, last)
@@ -437,7 +437,7 @@ class SessionManager:
                 return CompactResult(turns=dropped, failed=True)
             # The summariser injected through LiveSessions; a state evicted and reloaded meanwhile is another
             # object: make this one match the store too.
-            record = await self.store.get_session(sid)
+            record = await self.store.sessions.get(sid)
             if record is not None:
                 state._set_summary(record.summary, record.summary_turns, record.summarized_through_seq)
         logger.info("session %s: compacted %d turns", sid, dropped)
@@ -478,13 +478,13 @@ class SessionManager:
     async def _load(self, info: SessionInfo) -> SessionState:
         keep = restore_turn_count(self.config().agent_max_context_turns)
         # The last `keep` turns through an index range scan; huge tool chains fall back to the whole range.
-        record, window, waiting = await self.store.open_session(info, limit=keep * 40)
+        record, window, waiting = await self.store.sessions.open(info, limit=keep * 40)
         start = record.context_start_seq
         if waiting is not None:  # the new message and later waiting ones are added by their own turns
             window = [m for m in window if m.seq < waiting]
         turns = _stored_turns(window)
         if len(turns) < keep and window and window[0].seq > start:
-            window = await self.store.load_messages(info.session_id, start,
+            window = await self.store.sessions.load_messages(info.session_id, start,
                                                     waiting - 1 if waiting is not None else None)
             turns = _stored_turns(window)
         kept = turns[-keep:]

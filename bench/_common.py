@@ -59,7 +59,7 @@ def seed_sessions(db_path: Path, *, sessions: int, per_session: int, last_active
     """Insert ``sessions`` sessions with ``per_session`` alternating user/assistant messages each.
 
     Goes straight through sqlite3 (executemany, one transaction). The schema must exist already (open a
-    ``ConversationStore`` once). ``sessions.last_seq`` is the number of messages; when ``summarized`` is
+    ``Store`` once). ``sessions.last_seq`` is the number of messages; when ``summarized`` is
     given, messages ``1..summarized`` count as summarised (``summarized_through_seq``) and the context
     starts right after them, with a persisted summary. ``checkpoint`` truncates the WAL afterwards (only
     when no one else has the database open). Returns the number of messages inserted.

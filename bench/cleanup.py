@@ -35,8 +35,8 @@ from bench._common import median, percentile, print_table, seed_sessions, table_
 from config.settings import Config, ConfigHolder  # noqa: E402
 from core.messages import IncomingMessage
 from dispatcher.dispatcher import Dispatcher  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
 from store.retention import CleanupJob  # noqa: E402
+from store.store import Store  # noqa: E402
 from tests.fakes.channel import RecordingChannel  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402
 
@@ -64,7 +64,7 @@ class AwaitingChannel(RecordingChannel):
 class TimedStore:
     """The retention part of the store, timing every batch; optionally pausing after each (--pause)."""
 
-    def __init__(self, store: ConversationStore, pause: float = 0.0) -> None:
+    def __init__(self, store: Store, pause: float = 0.0) -> None:
         self.store = store
         self.pause = pause
         self.batch_ms: list[float] = []
@@ -74,7 +74,7 @@ class TimedStore:
         """Delete one batch, timed; then sleep ``pause`` x its duration (an experiment, off by default)."""
         started = time.perf_counter()
         try:
-            return await self.store.delete_expired_sessions(cutoff, batch, max_messages)
+            return await self.store.sessions.delete_expired(cutoff, batch, max_messages)
         finally:
             elapsed = time.perf_counter() - started
             self.batch_ms.append(elapsed * 1000)
@@ -83,14 +83,14 @@ class TimedStore:
 
     async def prune_inbox(self, cutoff: datetime, batch: int = 1000) -> int:
         """Prune the inbox (not timed)."""
-        return await self.store.prune_inbox(cutoff, batch)
+        return await self.store.journal.prune(cutoff, batch)
 
 
 @dataclass
 class Bot:
     """The real message path, in process."""
 
-    store: ConversationStore
+    store: Store
     holder: ConfigHolder
     dispatcher: Dispatcher
     channel: AwaitingChannel
@@ -130,7 +130,7 @@ class Bot:
 async def open_bot(db: Path, folder: Path, live: int) -> Bot:
     """Store, session manager, agent, dispatcher and channel, as app.py builds them."""
     holder = ConfigHolder(Config(data_dir=str(folder)))
-    store = ConversationStore(f"sqlite:///{db}")
+    store = Store(f"sqlite:///{db}")
     await store.open()
     sink = LoggingDropSink()
     sessions = SessionManager(store, holder, sink)
@@ -201,7 +201,7 @@ async def bench(args: argparse.Namespace, root: Path) -> None:
     db = root / "chatbot.db"
     now = datetime.now(UTC)
     expired_at = now - timedelta(days=40)
-    store = ConversationStore(f"sqlite:///{db}")
+    store = Store(f"sqlite:///{db}")
     await store.open()
     await store.close()
     started = time.perf_counter()

@@ -25,7 +25,7 @@ from agent.tokens import TokenCounter
 from console import data
 from console.conversations import count_tokens, transcript_and_check
 from console.server import HERE
-from store.conversations import ConversationStore
+from store.store import Store
 
 
 def _ms(started: float) -> float:
@@ -38,13 +38,13 @@ async def run(messages: int, rounds: int) -> list[tuple[str, str, str]]:
 
     folder = Path(tempfile.mkdtemp(prefix="bench-console-"))
     url = f"sqlite:///{folder / 'chatbot.db'}"
-    store = ConversationStore(url)
+    store = Store(url)
     await store.open()
     await store.close()
     seed_sessions(folder / "chatbot.db", sessions=100, per_session=messages, last_active=datetime.now(UTC))
     seed_sessions(folder / "chatbot.db", sessions=1, per_session=2000, last_active=datetime.now(UTC),
                   prefix="telegram:", first_chat=9_000_000, summarized=1000)
-    store = ConversationStore(url)
+    store = Store(url)
     await store.open()
     counter = TokenCounter("gpt-4o-mini")
     services = SimpleNamespace(agent=SimpleNamespace(counter=lambda model: counter),
@@ -56,15 +56,15 @@ async def run(messages: int, rounds: int) -> list[tuple[str, str, str]]:
     try:
         for _ in range(rounds):
             started = time.perf_counter()
-            rows = await store.run(data.list_sessions, "")
-            contexts = await store.run(data.context_messages, rows)
+            rows = await store.sessions.listing("")
+            contexts = await store.sessions.context_messages(rows)
             listing.append(_ms(started))
             started = time.perf_counter()
             count_tokens(services, contexts)
             counting.append(_ms(started))
             started = time.perf_counter()
-            row = await store.run(data.session_row, sid)
-            stored = await store.run(data.session_messages, sid)
+            row = await store.sessions.row(sid)
+            stored = await store.sessions.last_messages(sid, data.TRANSCRIPT_LIMIT)
             turns, check = transcript_and_check(row, stored)
             detail.append(_ms(started))
             started = time.perf_counter()

@@ -1,7 +1,7 @@
 """``/export`` of a long conversation: time, peak Python memory and file size.
 
 In process, on an SQLite file (or ``--db-url``): one conversation of ``--messages`` stored messages (default
-100,000, about 200 characters each, seeded with ``ConversationStore.append``), plus a daily memory file,
+100,000, about 200 characters each, seeded with ``Store.append``), plus a daily memory file,
 MEMORY.md and person notes. We time ``write_export`` with the built-in parts and report the peak of Python
 allocations during it (``tracemalloc``), which shows that the history is streamed a page at a time rather
 than held whole, the longest the event loop was held meanwhile (a 10 ms ticker's worst lateness: other
@@ -29,7 +29,7 @@ from export.parts import ExportRequest, default_parts  # noqa: E402
 from export.writer import write_export  # noqa: E402
 from memory.daily import DailyMemory  # noqa: E402
 from memory.person import PEOPLE_DIR, PersonNotes  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
+from store.store import Store  # noqa: E402
 
 SID = "telegram:4242"
 TEXT = "This is a message of an ordinary length, about two hundred characters, with a few words that a person " \
@@ -37,16 +37,16 @@ TEXT = "This is a message of an ordinary length, about two hundred characters, w
 
 
 async def run(messages: int, db_url: str | None, folder: Path) -> None:
-    store = ConversationStore(db_url or f"sqlite:///{folder / 'chatbot.db'}")
+    store = Store(db_url or f"sqlite:///{folder / 'chatbot.db'}")
     await store.open()
     try:
         info = SessionInfo(SID, "telegram", "4242", user_id="4242")
-        await store.ensure_session(info)
+        await store.sessions.ensure(info)
         started = time.perf_counter()
         for first in range(0, messages, 2000):
             batch = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{i}: {TEXT}"}
                      for i in range(first, min(messages, first + 2000))]
-            await store.append(SID, batch)
+            await store.sessions.append(SID, batch)
         seeded = time.perf_counter() - started
         memory = DailyMemory(folder / "memory", ZoneInfo("UTC"))
         await memory.append(SID, "trim", "- the user plans a trip to Lyon")

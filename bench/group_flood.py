@@ -25,7 +25,7 @@ from agent.session import LoggingDropSink, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from config.settings import Config, ConfigHolder  # noqa: E402
 from dispatcher.dispatcher import Dispatcher  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
+from store.store import Store  # noqa: E402
 from tests.fakes.channel import RecordingChannel  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402
 
@@ -61,7 +61,7 @@ async def flood(dispatcher: Dispatcher, channel: RecordingChannel, n: int, stop:
 async def main(url: str | None, rate: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         holder = ConfigHolder(Config(data_dir=tmp))
-        store = ConversationStore(url or f"sqlite:///{tmp}/chatbot.db")
+        store = Store(url or f"sqlite:///{tmp}/chatbot.db")
         await store.open()
         sink = LoggingDropSink()
         sessions = SessionManager(store, holder, sink)

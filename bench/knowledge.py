@@ -37,7 +37,7 @@ from knowledge.parse import parse  # noqa: E402
 from memory.embeddings import LocalEmbedder, quantise  # noqa: E402
 from memory.search import terms  # noqa: E402
 from store import knowledge as tables  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
+from store.store import Store  # noqa: E402
 from tests.fakes.documents import make_docx, make_pdf  # noqa: E402
 
 PAGE_CHARS = 2500
@@ -111,7 +111,7 @@ async def recall(kb: KnowledgeBase, scope: str, questions: list[tuple[str, int]]
 async def main(args: argparse.Namespace) -> None:
     rng = random.Random(7)
     tmp = Path(tempfile.mkdtemp(prefix="kb-bench-"))
-    store = ConversationStore(f"sqlite:///{tmp / 'chatbot.db'}")
+    store = Store(f"sqlite:///{tmp / 'chatbot.db'}")
     await store.open()
     embedder = LocalEmbedder()
     await embedder.embed(["warm up"])

@@ -168,16 +168,16 @@ def history_recall(folder: Path) -> float:
     """(c): the share of planted facts whose key is among history_search's results for its natural question."""
     import asyncio
 
-    from store.conversations import ConversationStore
+    from store.store import Store
 
     async def run() -> float:
-        store = ConversationStore(f"sqlite:///{folder / 'data' / 'chatbot.db'}", create_tables=False)
+        store = Store(f"sqlite:///{folder / 'data' / 'chatbot.db'}", create_tables=False)
         await store.open()
         try:
             found = 0
             facts = planted_facts()
             for i, (_, key) in enumerate(facts):
-                hits = await store.search_history("terminal:local", QUESTIONS[i % len(QUESTIONS)], 10)
+                hits = await store.sessions.search_history("terminal:local", QUESTIONS[i % len(QUESTIONS)], 10)
                 found += any(key in hit.passage for hit in hits)
             return found / len(facts)
         finally:

@@ -40,25 +40,26 @@ if str(ROOT) not in sys.path:
 from sqlalchemy import text  # noqa: E402
 
 from bench.memory_locomo import load, turns  # noqa: E402
+from core.records import SessionInfo  # noqa: E402
 from memory import history_index as hi  # noqa: E402
 from memory.embeddings import build_embedder, load_local_model, quantise  # noqa: E402
 from store import message_vectors as mv  # noqa: E402
-from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+from store.store import Store  # noqa: E402
 
 
-async def store_exchanges(store: ConversationStore, data: list, limit: int) -> int:
+async def store_exchanges(store: Store, data: list, limit: int) -> int:
     """Store each dialog turn as a user message and a short acknowledgement; the messages stored."""
     stored = 0
     for n, conversation in enumerate(data):
         sid = f"bench:{n}"
-        await store.ensure_session(SessionInfo(sid, "bench", sid))
+        await store.sessions.ensure(SessionInfo(sid, "bench", sid))
         items = turns(conversation)
         for start in range(0, len(items), 250):
             batch: list[dict] = []
             for t in items[start:start + 250]:
                 batch.append({"role": "user", "content": f"{t['speaker']}: {t.get('text', '')}"})
                 batch.append({"role": "assistant", "content": f"ok, noted. [{t['dia_id']}]"})
-            await store.append(sid, batch)
+            await store.sessions.append(sid, batch)
             stored += len(batch)
             if stored >= limit:
                 return stored
@@ -102,7 +103,7 @@ async def run(args: argparse.Namespace) -> int:
     data = load(Path(args.path))[:args.conversations or None]
     folder = Path(tempfile.mkdtemp(prefix="indexer-"))
     url = args.db_url or f"sqlite:///{folder / 'bench.db'}"
-    store = ConversationStore(url)
+    store = Store(url)
     await store.open()
     try:
         if store.dialect == "postgresql":

@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import median, percentile, process_cpu  # noqa: E402
 from bench.memory_locomo import evidence_ids, load, turns  # noqa: E402
 from core.records import SessionInfo  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
 from store.history_search import message_text  # noqa: E402
+from store.store import Store  # noqa: E402
 from tests.fakes.bot_process import BotProcess  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegramAPI  # noqa: E402
@@ -102,15 +102,15 @@ def seed(db: Path, data: list[dict[str, Any]], messages: int) -> list[str]:
     sessions = [f"telegram:{FIRST_CHAT + i}" for i in range(3)]
 
     async def fill() -> None:
-        store = ConversationStore(f"sqlite:///{db}")
+        store = Store(f"sqlite:///{db}")
         await store.open()
         try:
             per = messages // 6
             for sid, conversation in zip(sessions, data, strict=False):
-                await store.ensure_session(SessionInfo(sid, "telegram", sid.split(":")[1], sid.split(":")[1]))
+                await store.sessions.ensure(SessionInfo(sid, "telegram", sid.split(":")[1], sid.split(":")[1]))
                 items = turns(conversation)[:per]
                 for start in range(0, len(items), 250):
-                    await store.append(sid, [m for t in items[start:start + 250] for m in (
+                    await store.sessions.append(sid, [m for t in items[start:start + 250] for m in (
                         {"role": "user", "content": f"{t['speaker']}: {t.get('text', '')}"},
                         {"role": "assistant", "content": "ok, noted."})])
         finally:

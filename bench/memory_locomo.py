@@ -2,7 +2,7 @@
 
 LoCoMo (Maharana et al., ACL 2024) holds long multi-session conversations between two people, with questions
 whose evidence turns are labelled. Every dialog turn is stored, in order, as a message of one session of the
-real store (``ConversationStore``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
+real store (``Store``: SQLite by default, PostgreSQL with ``--db-url``), as "<speaker>: <text>"
 (how a group's messages reach the bot), each followed by the acknowledgement bench/memory_locomo_app.py's fake
 model answers with ("ok, noted. [tag]"; ``--no-acks``: the turns alone); then each question is asked of the
 store's ``search_history`` and a question counts as found when one of its evidence turns is among the first
@@ -57,11 +57,12 @@ import numpy as np  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
 from agent.tools import history_search as tool  # noqa: E402
+from core.records import SessionInfo  # noqa: E402
 from memory.embeddings import BaseEmbedder, build_embedder  # noqa: E402
 from memory.history_index import HistoryIndex  # noqa: E402
 from memory.search import terms  # noqa: E402
 from store import message_vectors  # noqa: E402
-from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+from store.store import Store  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 #: the first rule: an evidence turn is shown when this many of its first characters (normalised) appear
@@ -173,23 +174,23 @@ def evidence_ids(qa: dict[str, Any]) -> set[str]:
     return {part.strip() for item in qa.get("evidence") or [] for part in str(item).split(";") if part.strip()}
 
 
-async def store_turns(store: ConversationStore, session_id: str, items: list[dict[str, Any]],
+async def store_turns(store: Store, session_id: str, items: list[dict[str, Any]],
                       acks: bool = True) -> dict[str, int]:
     """Store the turns as user messages, each followed by the bench's fake model's acknowledgement when ``acks``
     (as the bot stores a chat: bench/memory_locomo_app.py); return each dialog id's seq."""
-    await store.ensure_session(SessionInfo(session_id, "bench", session_id))
+    await store.sessions.ensure(SessionInfo(session_id, "bench", session_id))
     seqs: dict[str, int] = {}
     for start in range(0, len(items), 500):
         batch = items[start:start + 500]
         said = [f"{t['speaker']}: {t.get('text', '')}" for t in batch]
         messages = [m for text_ in said for m in ([{"role": "user", "content": text_}]
                     + ([{"role": "assistant", "content": ack(text_)}] if acks else []))]
-        stored = await store.append(session_id, messages)
+        stored = await store.sessions.append(session_id, messages)
         seqs.update({t["dia_id"]: seq for t, seq in zip(batch, stored[::2] if acks else stored, strict=True)})
     return seqs
 
 
-async def analyze(store: ConversationStore) -> None:
+async def analyze(store: Store) -> None:
     """PostgreSQL: gather the planner's statistics, as autovacuum does soon after a table grows."""
     if store.dialect == "postgresql":
         await store.run(lambda conn: conn.execute(text("ANALYZE")))
@@ -208,7 +209,7 @@ class Asked:
     chars: int
 
 
-async def recall(store: ConversationStore, data: list[dict[str, Any]], index: HistoryIndex | None, acks: bool,
+async def recall(store: Store, data: list[dict[str, Any]], index: HistoryIndex | None, acks: bool,
                  ) -> tuple[dict[str, list[Asked]], dict[str, list[float]], list[str]]:
     """Per way of searching ("words", "words+meaning"), each question asked; search times in ms per way; the
     questions. "words+meaning" is the ``history_search`` tool's own search and output (agent/tools)."""
@@ -225,7 +226,7 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
         elapsed = time.perf_counter() - started
         print(f"indexing {done:,} messages: {elapsed * 1000 / max(done / 1000, 0.001):,.0f} ms per 1,000")
         await analyze(store)
-    ways: dict[str, Any] = {"words": lambda sid, q: store.search_history(sid, q, tool.RESULT_LIMIT)}
+    ways: dict[str, Any] = {"words": lambda sid, q: store.sessions.search_history(sid, q, tool.RESULT_LIMIT)}
     if index is not None:
         ways["words+meaning"] = lambda sid, q: tool.find(store, index, sid, q, None)
     for sid, conversation, seqs in stored:
@@ -249,23 +250,23 @@ async def recall(store: ConversationStore, data: list[dict[str, Any]], index: Hi
     return found, times, questions
 
 
-async def scale(store: ConversationStore, data: list[dict[str, Any]], n: int, questions: list[str],
+async def scale(store: Store, data: list[dict[str, Any]], n: int, questions: list[str],
                 index: HistoryIndex | None) -> tuple[float, dict[str, list[float]]]:
     """Fill one session with ``n`` turns (and their vectors); return ms per 1,000 turns stored and the search
     times in ms per way."""
     base = [t for conversation in data for t in turns(conversation)]
     sid = "locomo:scale"
-    await store.ensure_session(SessionInfo(sid, "bench", sid))
+    await store.sessions.ensure(SessionInfo(sid, "bench", sid))
     started = time.perf_counter()
     for start in range(0, n, 1000):
         batch = [base[i % len(base)] for i in range(start, min(n, start + 1000))]
-        await store.append(sid, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')} (copy {i})"}
+        await store.sessions.append(sid, [{"role": "user", "content": f"{t['speaker']}: {t.get('text', '')} (copy {i})"}
                                  for i, t in enumerate(batch, start=start)])
     per_thousand = (time.perf_counter() - started) * 1000 / (n / 1000)
     if index is not None:
         await store.run(copy_vectors, sid, index.model_name)
     await analyze(store)
-    ways = {"words": lambda q: store.search_history(sid, q, 10)}
+    ways = {"words": lambda q: store.sessions.search_history(sid, q, 10)}
     if index is not None:
         ways["words+meaning"] = lambda q: index.search(sid, q, 10)
         await index.search(sid, "warm", 10)  # the session's matrix is read once, then kept
@@ -328,7 +329,7 @@ async def run(args: argparse.Namespace) -> int:
     data = load(Path(args.path))[:args.conversations or None]
     folder = Path(tempfile.mkdtemp(prefix="locomo-"))
     url = args.db_url or f"sqlite:///{folder / 'bench.db'}"
-    store = ConversationStore(url)
+    store = Store(url)
     await store.open()
     embedder = build_embedder(args.embedding, base_url="", api_key="")
     if embedder is not None and args.cache:

@@ -321,7 +321,7 @@ async def ask(config_path: Path, chats: list[Chat], data: list[dict[str, Any]], 
         for chat, conversation in zip(chats, data, strict=True):
             sid = chat.session_id
             # every sent turn stored once, in order?
-            stored = [m.message for m in await services.store.load_messages(sid)]
+            stored = [m.message for m in await services.store.sessions.load_messages(sid)]
             users = [message_text(m) for m in stored if m.get("role") == "user"]
             stored_texts = [normalise(u) for u in users]  # the bot strips a message's outer whitespace
             sent_texts = [normalise(t) for t in chat.texts]

@@ -27,7 +27,7 @@ from memory.daily import DailyMemory  # noqa: E402
 from memory.embeddings import LocalEmbedder  # noqa: E402
 from memory.index import MemoryIndex  # noqa: E402
 from memory.search import MemorySearch  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
+from store.store import Store  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ async def main() -> None:
         embedder.embed_sync(["warm up"])
         load_s = time.perf_counter() - started
         rss_loaded = rss_mb()
-        store = ConversationStore(f"sqlite:///{tmp / 'bench.db'}")
+        store = Store(f"sqlite:///{tmp / 'bench.db'}")
         await store.open()
         try:
             memory = DailyMemory(tmp / "memory", UTC)

@@ -26,19 +26,18 @@ from config.settings import Config, ConfigHolder  # noqa: E402
 from core.messages import IncomingMessage  # noqa: E402
 from core.records import PendingIncoming, SessionInfo  # noqa: E402
 from reminders.firing import ReminderFiring  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
 from store.models import ReminderRow, utcnow  # noqa: E402
-from store.reminders import Reminders  # noqa: E402
+from store.store import Store  # noqa: E402
 
 SESSIONS = 1_000
 PENDING = 10_000
 DUE = 1_000
 
 
-async def seed(store: ConversationStore, now: datetime) -> None:
+async def seed(store: Store, now: datetime) -> None:
     """PENDING reminders due in the next days, and DUE due a second ago (a third of them daily)."""
     for i in range(SESSIONS):
-        await store.ensure_session(SessionInfo(f"telegram:{i}", "telegram", str(i), str(i)))
+        await store.sessions.ensure(SessionInfo(f"telegram:{i}", "telegram", str(i), str(i)))
     rows = []
     for i in range(PENDING + DUE):
         chat = str(i % SESSIONS)
@@ -52,12 +51,12 @@ async def seed(store: ConversationStore, now: datetime) -> None:
 
 
 async def main(db_url: str) -> None:
-    store = ConversationStore(db_url)
+    store = Store(db_url)
     await store.open()
     try:
         now = datetime.now(UTC)
         await seed(store, now)
-        reminders = Reminders(store)
+        reminders = store.reminders
         idle = []
         for _ in range(200):
             started = time.perf_counter()

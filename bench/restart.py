@@ -66,10 +66,10 @@ def time_to_ready(folder: Path, api: FakeTelegramAPI, llm: FakeOpenAIServer) -> 
 
 
 async def create_schema(db: Path) -> None:
-    """Create the schema the way the app does (Alembic migrations through ConversationStore.open)."""
-    from store.conversations import ConversationStore
+    """Create the schema the way the app does (Alembic migrations through Store.open)."""
+    from store.store import Store
 
-    store = ConversationStore(f"sqlite:///{db}")
+    store = Store(f"sqlite:///{db}")
     await store.open()
     await store.close()
 
@@ -78,9 +78,10 @@ async def restore_times(db: Path, sessions: int, samples: int, folder: Path) -> 
     """Milliseconds of ``SessionManager.get`` for ``samples`` random sessions never loaded before."""
     from agent.session import LoggingDropSink, SessionManager
     from config.settings import Config, ConfigHolder
-    from store.conversations import ConversationStore, SessionInfo
+    from core.records import SessionInfo
+    from store.store import Store
 
-    store = ConversationStore(f"sqlite:///{db}")
+    store = Store(f"sqlite:///{db}")
     await store.open()
     try:
         manager = SessionManager(store, ConfigHolder(Config(data_dir=str(folder))), LoggingDropSink())

@@ -36,8 +36,9 @@ from sqlalchemy import create_engine, event  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool  # noqa: E402
 
+from core.records import SessionInfo  # noqa: E402
 from store import engine as backend  # noqa: E402
-from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+from store.store import Store  # noqa: E402
 
 T = TypeVar("T")
 CHATS = 20
@@ -102,9 +103,9 @@ class AiosqliteDatabase:
 OPTIONS = {"inline": InlineDatabase, "worker": WorkerDatabase, "aiosqlite": AiosqliteDatabase}
 
 
-async def open_store(path: str, option: str) -> ConversationStore:
+async def open_store(path: str, option: str) -> Store:
     """A migrated store on ``path`` whose transactions run the given way."""
-    store = ConversationStore(f"sqlite:///{path}")
+    store = Store(f"sqlite:///{path}")
     await store.open()
     if option in OPTIONS:
         await store.database.close()
@@ -131,7 +132,7 @@ async def run(option: str, hold: float) -> dict[str, float]:
         path = f"{tmp}/chatbot.db"
         store = await open_store(path, option)
         for i in range(CHATS):
-            await store.ensure_session(SessionInfo(f"bench:{i}", "bench", str(i)))
+            await store.sessions.ensure(SessionInfo(f"bench:{i}", "bench", str(i)))
         stop = time.perf_counter() + 1.0 + hold + 1.5
         lock_from = time.perf_counter() + 1.0
         lock_to = lock_from + hold
@@ -151,11 +152,11 @@ async def run(option: str, hold: float) -> dict[str, float]:
             await asyncio.sleep(i * 0.005)
             while time.perf_counter() < stop:
                 started = time.perf_counter()
-                await store.append(f"bench:{i}", [{"role": "user", "content": f"message {i}"}])
+                await store.sessions.append(f"bench:{i}", [{"role": "user", "content": f"message {i}"}])
                 if lock_from <= time.perf_counter() < lock_to:
                     calls_during += 1
                 await asyncio.sleep(0.05)  # the model
-                await store.append(f"bench:{i}", [{"role": "assistant", "content": "reply"}])
+                await store.sessions.append(f"bench:{i}", [{"role": "assistant", "content": "reply"}])
                 end = time.perf_counter()
                 latencies.append(end - started)
                 if lock_from <= end < lock_to:

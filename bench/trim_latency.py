@@ -21,8 +21,9 @@ from agent.loop import Agent  # noqa: E402
 from agent.session import LiveSessions, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from config.settings import Config, ConfigHolder  # noqa: E402
+from core.records import SessionInfo  # noqa: E402
 from memory.daily import DailyMemory  # noqa: E402
-from store.conversations import ConversationStore, SessionInfo  # noqa: E402
+from store.store import Store  # noqa: E402
 from summaries.summarizer import Summarizer  # noqa: E402
 from tests.fakes.fake_llm import FakeLLM  # noqa: E402
 
@@ -46,7 +47,7 @@ class CountingSummarizer(Summarizer):
 async def run(folder: Path) -> tuple[list[float], list[float], int]:
     """Run turns until both kinds have SAMPLES measurements; return (trim, plain) latencies in ms, jobs."""
     config = ConfigHolder(Config(data_dir=str(folder), timezone="UTC", agent_max_context_turns=4))
-    store = ConversationStore(config().database_url())
+    store = Store(config().database_url())
     await store.open()
     live = LiveSessions(store)
     summarizer = CountingSummarizer(store=store, llm=FakeLLM(latency=LATENCY), config=config, sessions=live,

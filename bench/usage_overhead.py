@@ -24,8 +24,7 @@ from agent.tokens import TokenCounters  # noqa: E402
 from config.settings import Config, normalise_db_url  # noqa: E402
 from core.llm import Usage  # noqa: E402
 from core.records import SessionInfo  # noqa: E402
-from store.conversations import ConversationStore  # noqa: E402
-from store.usage import UsageStore  # noqa: E402
+from store.store import Store  # noqa: E402
 from usage.caps import UsageCaps  # noqa: E402
 from usage.recorder import UsageRecorder  # noqa: E402
 
@@ -39,9 +38,9 @@ def _ms(samples: list[float]) -> str:
 
 
 async def run(url: str, rows: int, tmp: str) -> None:
-    store = ConversationStore(url)
+    store = Store(url)
     await store.open()
-    usage = UsageStore(store)
+    usage = store.usage
     now = datetime.now(UTC)
     batch = [{"session_id": f"telegram:group:-{i % 50}:{i % 400}", "user_id": f"telegram:{i % 400}",
               "model": "m", "purpose": "reply", "prompt_tokens": 500, "completion_tokens": 50, "cached_tokens": 0,

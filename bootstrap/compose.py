@@ -29,10 +29,9 @@ from mcp_tools import install as install_mcp
 from memory.daily import DailyMemory, MemoryWritten
 from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import install as install_plugins
-from store.conversations import ConversationStore
 from store.locks import locks_for
 from store.shared_values import SharedValues
-from store.usage import UsageStore
+from store.store import Store
 from summaries.summarizer import Summarizer
 from usage.caps import UsageCaps
 from usage.recorder import UsageRecorder
@@ -103,12 +102,12 @@ async def compose(cfg: Config, config_path: Path, failures: dict[str, str]) -> C
     """Create every part, in dependency order. A channel that cannot be built is left out, its reason put in
     ``failures``."""
     holder = ConfigHolder(cfg, config_path)
-    store = ConversationStore(cfg.database_url())
+    store = Store(cfg.database_url())
     await store.open()
     # PostgreSQL coordinates several processes (DESIGN §10); on SQLite this process is alone.
     locks = locks_for(cfg.database_url())
     counters = TokenCounters()  # the agent's tokenizer; the summariser's requests are counted with it too
-    usage = UsageStore(store)  # every model call's tokens (DESIGN §12)
+    usage = store.usage  # every model call's tokens (DESIGN §12)
     recorder = UsageRecorder(usage, counters)
     llm = build_llm(cfg, recorder)
     tools = ToolRegistry()  # the built-in tools are registered by the `tools` plugin

@@ -159,20 +159,12 @@ def check_database(cfg: Config) -> None:
     url = cfg.database_url()
     if not url.startswith("postgresql+psycopg://"):
         return
-    from sqlalchemy import create_engine
-    from sqlalchemy.exc import SQLAlchemyError
-    from sqlalchemy.pool import NullPool
+    from store.engine import unreachable
 
-    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": DATABASE_CONNECT_SECONDS})
-    try:
-        with engine.connect():
-            pass
-    except SQLAlchemyError as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    reason = unreachable(url, DATABASE_CONNECT_SECONDS)
+    if reason is not None:
         raise SetupError(f"the database {database_label(cfg)} cannot be reached ({reason}); check that PostgreSQL "
-                         "is running there and that db_url in config.json is right") from None
-    finally:
-        engine.dispose()
+                         "is running there and that db_url in config.json is right")
 
 
 class Migration:
@@ -271,9 +263,9 @@ def sqlite_file(cfg: Config) -> Path | None:
     url = cfg.database_url()
     if not url.startswith("sqlite"):
         return None
-    from sqlalchemy.engine import make_url
+    from store.engine import sqlite_database
 
-    database = make_url(url).database or ""
+    database = sqlite_database(url)
     if not database or database == ":memory:" or database.startswith("file::memory:"):
         return None
     return Path(database)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import unquote
+
 from config.settings import Config, secret_values
 
 
@@ -24,26 +27,23 @@ class Redactor:
         return text
 
 
-def _db_password(url: str) -> str:
-    if "://" not in url or "@" not in url:
-        return ""
-    try:
-        from sqlalchemy.engine import make_url
+#: A database URL's scheme and user information, as SQLAlchemy's ``make_url`` reads them (``name://user:password@``):
+#: the password is what lies between the user's ``:`` and the ``@``.
+_URL_USER = re.compile(r"^(?P<head>[\w+]+://[^:/@]*:)(?P<password>[^@]*)@")
 
-        return make_url(url).password or ""
-    except Exception:  # noqa: BLE001 - a malformed URL fails later, with its own message
-        return ""
+
+def _db_password(url: str) -> str:
+    match = _URL_USER.match(url)
+    return unquote(match["password"]) if match else ""
 
 
 def database_label(cfg: Config) -> str:
-    """The database URL with any password hidden."""
+    """The database URL with any password hidden (``***``), as configured otherwise."""
     url = cfg.database_url()
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - shown as configured when SQLAlchemy cannot parse it
-        return url if "@" not in url else "(unparsable URL)"
+    match = _URL_USER.match(url)
+    if match:
+        return f"{match['head']}***@{url[match.end():]}"
+    return url if "@" not in url or re.match(r"^[\w+]+://[^:/@]*@", url) else "(unparsable URL)"
 
 
 __all__ = ["Redactor", "database_label"]

@@ -25,7 +25,6 @@ from aiohttp import web
 from channels.web.channel import MAX_MESSAGE_CHARS, WebChannel
 from channels.web.render import render_markdown
 from channels.web.visitors import OPERATOR_ID, VisitorSigner, new_visitor
-from console.data import session_messages
 from console.server import SESSION, console_of
 from core.turns import content_text
 from store.shared_values import SharedValues
@@ -117,7 +116,7 @@ def _set_cookie(request: web.Request, response: web.StreamResponse, value: str) 
 
 async def _messages(console: WebConsole, visitor: str) -> list[dict[str, str]]:
     """The visitor's conversation as the page shows it: user texts and the assistant's answers, oldest first."""
-    rows = await console.services.store.run(session_messages, f"web:{visitor}", HISTORY_LIMIT)
+    rows = await console.services.store.sessions.last_messages(f"web:{visitor}", HISTORY_LIMIT)
     shown = []
     for _seq, message, _at in rows:
         role = message.get("role")

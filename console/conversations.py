@@ -65,8 +65,8 @@ async def list_page(request: web.Request) -> web.StreamResponse:
     console = console_of(request)
     services = console.services
     query = request.query.get("q", "")
-    rows = await services.store.run(data.list_sessions, query)
-    contexts = await services.store.run(data.context_messages, rows)
+    rows = await services.store.sessions.listing(query, data.LIST_LIMIT)
+    contexts = await services.store.sessions.context_messages(rows)
     totals = await asyncio.to_thread(count_tokens, services, contexts)
     for row in rows:
         row.tokens = totals.get(row.session_id, 0)
@@ -86,7 +86,7 @@ def memory_files(services: Services, session_id: str) -> list[tuple[str, str]]:
 
 
 async def _session(request: web.Request, session_id: str) -> dict[str, Any]:
-    row = await console_of(request).services.store.run(data.session_row, session_id)
+    row = await console_of(request).services.store.sessions.row(session_id)
     if row is None:
         raise web.HTTPNotFound(text=f"There is no conversation {session_id!r} (it may have been forgotten).")
     return row
@@ -98,7 +98,7 @@ async def detail_page(request: web.Request) -> web.StreamResponse:
     services = console.services
     sid = request.query.get("id", "")
     row = await _session(request, sid)
-    messages = await services.store.run(data.session_messages, sid)
+    messages = await services.store.sessions.last_messages(sid, data.TRANSCRIPT_LIMIT)
     turns, check = await asyncio.to_thread(transcript_and_check, row, messages)
     files = await asyncio.to_thread(memory_files, services, sid)
     return await console.render_off_loop(
@@ -136,7 +136,7 @@ async def clear(request: web.Request) -> web.StreamResponse:
     info = _info(row)
     saved = await services.sessions.clear(info)
     if info.is_group:  # the group's background goes too, as with /context clear
-        await services.store.delete_group_messages(info.channel, info.chat_id)
+        await services.store.groups.delete(info.channel, info.chat_id)
     logger.info("web console: context of %s cleared (%d turns to memory)", sid, saved)
     raise _back(sid, f"Context cleared; {saved} turn(s) go to the memory file.")
 
@@ -175,7 +175,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     services = console_of(request).services
     sid = request.query.get("id", "")
     row = await _session(request, sid)
-    messages = await services.store.run(data.session_messages, sid, 10**9)
+    messages = await services.store.sessions.last_messages(sid, 10**9)
     files = await asyncio.to_thread(memory_files, services, sid)
     body = {
         "session": {k: _jsonable(v) for k, v in row.items()},

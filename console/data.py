@@ -1,7 +1,6 @@
-"""What the conversation pages read: from the database (every process on a shared PostgreSQL sees the same)
-and from the memory folder, never from one process's memory.
-
-The queries are SQLAlchemy Core, run by ``store.run`` like the store's own.
+"""What the conversation pages show: read from the database (every process on a shared PostgreSQL sees the
+same; the queries are the sessions repository's, store/sessions.py) and from the memory folder, never from one
+process's memory.
 """
 
 from __future__ import annotations
@@ -10,16 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
-from sqlalchemy.engine import Connection
-
 from core.turns import content_text
-from store.models import MessageRow, SessionRow
 from summaries.facts import KEPT_MARK, check_summary
 from summaries.text import user_texts
-
-_S = SessionRow.__table__
-_M = MessageRow.__table__
 
 #: Conversations listed at most on one page.
 LIST_LIMIT = 100
@@ -27,20 +19,6 @@ LIST_LIMIT = 100
 TRANSCRIPT_LIMIT = 2000
 #: A tool result or message longer than this is shown cut, with its length.
 SHOWN_CHARS = 4000
-
-
-@dataclass
-class SessionListRow:
-    """One line of the conversations list."""
-
-    session_id: str
-    channel: str
-    title: str
-    is_group: bool
-    last_active: datetime
-    turns: int
-    context_start_seq: int
-    tokens: int = 0
 
 
 @dataclass
@@ -77,50 +55,7 @@ class SummaryCheck:
         return self.found / self.total if self.total else 1.0
 
 
-def list_sessions(conn: Connection, query: str = "", limit: int = LIST_LIMIT) -> list[SessionListRow]:
-    """Conversations, most recently active first; ``query`` matches the id, title or channel (any case)."""
-    turns = (select(func.count()).where(_M.c.session_id == _S.c.session_id, _M.c.role == "user")
-             .scalar_subquery())
-    pick = select(_S.c.session_id, _S.c.channel, _S.c.title, _S.c.is_group, _S.c.last_active, turns,
-                  _S.c.context_start_seq)
-    if query.strip():
-        like = f"%{query.strip().lower()}%"
-        pick = pick.where(or_(func.lower(_S.c.session_id).like(like), func.lower(_S.c.title).like(like),
-                              func.lower(_S.c.channel).like(like)))
-    rows = conn.execute(pick.order_by(_S.c.last_active.desc()).limit(limit)).all()
-    return [SessionListRow(*row) for row in rows]
-
-
-def context_messages(conn: Connection, rows: list[SessionListRow]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-    """The messages now in each listed conversation's context (from its boundary on), as ``(seq, message)``;
-    one query for all of them."""
-    out: dict[str, list[tuple[int, dict[str, Any]]]] = {r.session_id: [] for r in rows}
-    if not rows:
-        return out
-    found = conn.execute(select(_M.c.session_id, _M.c.seq, _M.c.content)
-                         .join(_S, _S.c.session_id == _M.c.session_id)
-                         .where(_M.c.session_id.in_(list(out)), _M.c.seq >= _S.c.context_start_seq)
-                         .order_by(_M.c.session_id, _M.c.seq)).all()
-    for sid, seq, content in found:
-        if isinstance(content, dict):
-            out[sid].append((seq, content))
-    return out
-
-
-def session_row(conn: Connection, session_id: str) -> dict[str, Any] | None:
-    """Every column of one conversation's row, or None."""
-    row = conn.execute(select(_S).where(_S.c.session_id == session_id)).mappings().first()
-    return dict(row) if row is not None else None
-
-
 Stored = tuple[int, dict, datetime]
-
-
-def session_messages(conn: Connection, session_id: str, limit: int = TRANSCRIPT_LIMIT) -> list[Stored]:
-    """The conversation's last ``limit`` messages, oldest first: ``(seq, message, created_at)``."""
-    rows = conn.execute(select(_M.c.seq, _M.c.content, _M.c.created_at).where(_M.c.session_id == session_id)
-                        .order_by(_M.c.seq.desc()).limit(limit)).all()
-    return [(seq, content if isinstance(content, dict) else {}, at) for seq, content, at in reversed(rows)]
 
 
 def shown(seq: int, message: dict[str, Any], created_at: datetime) -> ShownMessage:

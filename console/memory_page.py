@@ -83,9 +83,7 @@ async def memory_list(request: web.Request) -> web.StreamResponse:
     """Every conversation's notes and every person's notes, with links to edit them."""
     console = console_of(request)
     services = console.services
-    from console.data import list_sessions
-
-    rows = await services.store.run(list_sessions, "", 10_000)
+    rows = await services.store.sessions.listing("", 10_000)
     names = {session_dir_name(r.session_id): r.session_id for r in rows}
     titles = {session_dir_name(r.session_id): r.title or "" for r in rows}
     # a person's folder is named from "<channel>:<user id>", as their private chat's session id is
@@ -159,9 +157,7 @@ async def save(request: web.Request) -> web.StreamResponse:
 
 async def _session_of(services: Services, folder: str, kind: str) -> tuple[str | None, str]:
     """The conversation a notes folder belongs to (None for a person's) and its title or the person's name."""
-    from console.data import list_sessions
-
-    rows = await services.store.run(list_sessions, "", 10_000)
+    rows = await services.store.sessions.listing("", 10_000)
     row = next((r for r in rows if session_dir_name(r.session_id) == folder and (kind == "session" or not r.is_group)),
                None)
     if row is None:

@@ -86,8 +86,8 @@ async def status_page(request: web.Request) -> web.StreamResponse:
     cfg = services.config()
     known = services.agent.windows.get(cfg.model)  # configured, asked of the server, or the table's
     window, window_from = known.tokens, known.source
-    pending = await services.store.pending_incoming()
-    jobs = await services.store.pending_summary_jobs()
+    pending = await services.store.journal.pending()
+    jobs = await services.store.jobs.pending()
     leadership = console.leadership
     shared = services.locks.shared
     log_path = cfg.data_path() / "bot.log"
@@ -109,12 +109,11 @@ REMINDERS_SHOWN = 500
 async def reminders_page(request: web.Request) -> web.StreamResponse:
     """The pending reminders of every conversation, soonest first (read-only: /reminders cancels)."""
     from reminders.when import describe_rule
-    from store.reminders import Reminders
 
     console = console_of(request)
     services = console.services
     zone = services.config().zone()
-    pending = await Reminders(services.store).all_pending(REMINDERS_SHOWN)
+    pending = await services.store.reminders.all_pending(REMINDERS_SHOWN)
     rows = [{"session_id": r.session_id, "due": r.due_at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
              "repeat": describe_rule(r.every), "text": r.text, "created_by": r.created_by} for r in pending]
     return console.render(request, "reminders.html", title="Reminders", rows=rows, zone=str(zone),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from config.settings import atomic_write_json
 from core.messages import IncomingMessage
-from store.conversations import ConversationStore
+from store.store import Store
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -34,7 +34,7 @@ LOCKOUT_FILE = "auth_lockouts.json"
 class Admins:
     """The admins of the bot; grants are loaded from the store and added by ``/auth``."""
 
-    def __init__(self, store: ConversationStore, config: Callable[[], Config], *, shared: bool = False) -> None:
+    def __init__(self, store: Store, config: Callable[[], Config], *, shared: bool = False) -> None:
         self.store = store
         self.config = config
         #: other processes may grant admins too (several processes on one database)
@@ -58,7 +58,7 @@ class Admins:
 
     async def load(self) -> None:
         """Load the admins granted through ``/auth``."""
-        self._grants = await self.store.admin_grants()
+        self._grants = await self.store.admins.all()
 
     def is_admin(self, msg: IncomingMessage) -> bool:
         """Admins: the operator's channels (the terminal), ``admin_users`` entries, and ``/auth`` grants."""
@@ -76,7 +76,7 @@ class Admins:
 
     async def grant(self, user_key: str) -> None:
         """Make ``user_key`` (``channel:user id``) an admin, stored first."""
-        await self.store.grant_admin(user_key)
+        await self.store.admins.grant(user_key)
         self._grants.add(user_key)
 
 

@@ -25,7 +25,7 @@ from store.group_messages import BACKGROUND, TRIGGER
 
 if TYPE_CHECKING:
     from config.settings import Config
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ RECEIVED_AT = "received_at"
 class GroupBackground:
     """Stores group background messages and trigger marks, one small insert each, off the caller's path."""
 
-    def __init__(self, store: ConversationStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self._last = datetime.fromtimestamp(0, UTC)
         self._writes: set[asyncio.Task] = set()
@@ -60,7 +60,7 @@ class GroupBackground:
         return dataclasses.replace(msg, extra={**msg.extra, RECEIVED_AT: received.isoformat()})
 
     def _write(self, msg: IncomingMessage, text: str, kind: str, received: datetime) -> None:
-        task = asyncio.ensure_future(self.store.add_group_message(
+        task = asyncio.ensure_future(self.store.groups.add(
             msg.channel, msg.chat_id, msg.user_name or msg.user_id, text, kind, msg.time, received))
         self._writes.add(task)
         task.add_done_callback(self._written)
@@ -81,12 +81,12 @@ def format_line(user_name: str, text: str, sent_at: datetime, zone: Any) -> str:
     return f"[{sent_at.astimezone(zone):%H:%M} {user_name}] {text}"
 
 
-async def background_lines(store: ConversationStore, msg: IncomingMessage, cfg: Config) -> list[str]:
+async def background_lines(store: Store, msg: IncomingMessage, cfg: Config) -> list[str]:
     """The group's background for a request, oldest first; [] outside groups or when turned off."""
     limit = cfg.group_context_messages
     received = msg.extra.get(RECEIVED_AT) if msg.is_group else None
     if limit <= 0 or not received:
         return []
-    rows = await store.group_background(msg.channel, msg.chat_id, datetime.fromisoformat(received), limit)
+    rows = await store.groups.background(msg.channel, msg.chat_id, datetime.fromisoformat(received), limit)
     zone = cfg.zone()
     return [format_line(row.user_name, row.text, row.sent_at, zone) for row in rows]

@@ -36,8 +36,9 @@ from core.records import PendingIncoming
 from dispatcher.intake import RecentIds, Stage, WorkItem
 from dispatcher.outbox import Outbox
 from dispatcher.resume import answering, resumed_item
-from store.conversations import ConversationStore, database_unavailable
+from store.engine import database_unavailable
 from store.locks import Locks
+from store.store import Store
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -57,7 +58,7 @@ def session_lock(session_id: str) -> str:
 class ClaimHost(Protocol):
     """What claimed runs need of the dispatcher that owns them: its parts and its session queue."""
 
-    store: ConversationStore
+    store: Store
     sessions: SessionManager
     locks: Locks
     outbox: Outbox
@@ -120,7 +121,7 @@ class SessionClaims:
             tried: set[int] = set()
             first = True
             while not self.d.stopping:
-                pending, version = await self.d.store.claim_view(session_id, self.channels())
+                pending, version = await self.d.store.journal.claim_view(session_id, self.channels())
                 if first:
                     self._sync_context(session_id, version)
                     first = False
@@ -146,7 +147,7 @@ class SessionClaims:
 
     async def _still_pending(self, session_id: str) -> bool:
         try:
-            pending, _ = await self.d.store.claim_view(session_id, self.channels())
+            pending, _ = await self.d.store.journal.claim_view(session_id, self.channels())
             return bool(pending)
         except Exception as exc:  # noqa: BLE001 - the sweep looks again
             logger.debug("session %s: pending check failed (%s)", session_id, type(exc).__name__)
@@ -214,7 +215,7 @@ class SessionClaims:
         for session_id in [sid for sid in self._seen if self.d.sessions.peek(sid) is None]:
             del self._seen[session_id]  # dropped from memory here: nothing to compare at the next claim
         poked = 0
-        for session_id in await self.d.store.pending_sessions(channels):
+        for session_id in await self.d.store.journal.pending_sessions(channels):
             if not self.d.session_busy(session_id):
                 self.d.poke(session_id)
                 poked += 1

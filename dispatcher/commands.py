@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
     from memory.search import MemorySearch
-    from store.conversations import ConversationStore
     from store.locks import Locks
+    from store.store import Store
     from store.usage import UsageStore
     from summaries.summarizer import Summarizer
     from usage.caps import UsageCaps
@@ -181,7 +181,7 @@ class Services:
     """
 
     config: ConfigHolder
-    store: ConversationStore
+    store: Store
     llm: BaseLLM
     tools: ToolRegistry
     sessions: SessionManager

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from core.retry import DATABASE, no_hint
 from dispatcher.intake import WorkItem
-from store.conversations import database_unavailable
+from store.engine import database_unavailable
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
     from agent.session import SessionManager
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ async def journalled(item: WorkItem, record: Callable[[WorkItem], Awaitable[Any]
                                                           before_sleep=log)
 
 
-async def wait_for_database(item: WorkItem, failure: Exception, retries: int, *, delay: float, store: ConversationStore,
+async def wait_for_database(item: WorkItem, failure: Exception, retries: int, *, delay: float, store: Store,
                             sessions: SessionManager, claim_alive: Callable[[], Awaitable[bool]] | None) -> int:
     """After a failed turn: when the database went away, wait until the turn can run again from what is
     stored.
@@ -77,7 +77,7 @@ async def wait_for_database(item: WorkItem, failure: Exception, retries: int, *,
         if item.inbox_id is None:
             return retries
         try:
-            item.user_seq = await store.inbox_user_seq(item.inbox_id)
+            item.user_seq = await store.journal.user_seq(item.inbox_id)
             return retries
         except Exception as exc:  # noqa: BLE001 - still away: wait once more
             failure = exc

@@ -31,6 +31,7 @@ from agent.loop import Agent
 from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
+from core.records import PendingIncoming
 from dispatcher.admins import Admins
 from dispatcher.background import GroupBackground
 from dispatcher.claims import SessionClaims, session_lock
@@ -54,9 +55,8 @@ from dispatcher.resume import pending_items, resumed_item
 from dispatcher.steps import STEPS, Answering, Step, answer
 from media.intake import MediaIntake
 from reminders.firing import REMINDER, note_reminder
-from store.conversations import ConversationStore, PendingIncoming
 from store.locks import LocalLocks, Locks
-from store.reminders import Reminders
+from store.store import Store
 from usage.caps import UsageCaps
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Dispatcher:
         self,
         *,
         config: Callable[[], Config],
-        store: ConversationStore,
+        store: Store,
         agent: Agent,
         sessions: SessionManager,
         commands: CommandRegistry | None = None,
@@ -117,7 +117,7 @@ class Dispatcher:
         self._held: list[WorkItem] | None = None
         self.journal = JournalWriter(store, sessions, self.hooks, self._journalled_here)
         #: reminders sent here are noted in their session's history (reminders/firing.py)
-        self.reminders = Reminders(store)
+        self.reminders = store.reminders
 
     # --- wiring --------------------------------------------------------------------------
     def add_channel(self, channel: BaseChannel) -> None:

@@ -21,7 +21,7 @@ from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
-from store.conversations import ConversationStore
+from store.store import Store
 from usage.caps import ALLOWED, Turn
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
 CapGate = Callable[[WorkItem], AbstractAsyncContextManager[Turn]]
 
 
-async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: ConversationStore,
+async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: Store,
                     hooks: MessageHooks, sink: AnswerSink | None = None,
                     gate: CapGate | None = None) -> tuple[str, int, str]:
     """Run the agent's turn for the item on its session's lock; return the answer, its tool calls and what the
@@ -100,13 +100,13 @@ async def _uncapped(item: WorkItem) -> AsyncIterator[Turn]:
     yield Turn(ALLOWED)
 
 
-async def stored_answer(store: ConversationStore, item: WorkItem) -> str | None:
+async def stored_answer(store: Store, item: WorkItem) -> str | None:
     """For a resumed turn: the final answer, if it was stored before the crash.
 
     The turn is what follows its user message up to the next user message: later turns of the session
     may be stored too (a crash after this answer was sent but before it was marked answered).
     """
-    tail = await store.load_messages(item.info.session_id, item.user_seq)
+    tail = await store.sessions.load_messages(item.info.session_id, item.user_seq)
     turn = tail[1:]
     end = next((i for i, m in enumerate(turn) if m.message.get("role") == "user"), len(turn))
     last = turn[end - 1].message if end else None

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from agent.session import SessionManager
 from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import WorkItem, journal_payload
-from store.conversations import ConversationStore
+from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ Recorded = tuple[int, int | None] | None
 class JournalWriter:
     """Writes work items to the journal, one session's in arrival order, and tracks the writes in flight."""
 
-    def __init__(self, store: ConversationStore, sessions: SessionManager, hooks: MessageHooks,
+    def __init__(self, store: Store, sessions: SessionManager, hooks: MessageHooks,
                  on_recorded: Callable[[WorkItem], None]) -> None:
         self.store = store
         self.sessions = sessions
@@ -62,7 +62,7 @@ class JournalWriter:
         # A session not in memory may not exist yet: the journal entry creates it in the same transaction.
         new = item.info if self.sessions.peek(item.info.session_id) is None else None
         stored = await user_message(self.hooks, item) if item.store_with_intake else None
-        recorded = await self.store.record_incoming(item.message.channel, item.message.message_id,
+        recorded = await self.store.journal.record_incoming(item.message.channel, item.message.message_id,
                                                     item.info.session_id, journal_payload(item.message, item.command),
                                                     stored, new)
         if recorded is not None:

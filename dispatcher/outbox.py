@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
 from core.retry import DATABASE, DELIVERY, RetryPolicy
-from store.conversations import ConversationStore, database_unavailable
+from store.engine import database_unavailable
+from store.store import Store
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 class Outbox:
     """Delivers final replies once, durably."""
 
-    def __init__(self, store: ConversationStore, channels: Mapping[str, BaseChannel],
+    def __init__(self, store: Store, channels: Mapping[str, BaseChannel],
                  send: Callable[[IncomingMessage, str], Awaitable[None]], *, retry: RetryPolicy = DELIVERY) -> None:
         self.store = store
         self.channels = channels
@@ -124,7 +125,7 @@ class Outbox:
 
     async def _keep(self, inbox_id: int, reply: str) -> None:
         try:
-            await self.store.keep_reply(inbox_id, reply)
+            await self.store.journal.keep_reply(inbox_id, reply)
         except Exception:  # noqa: BLE001 - the reply still goes out; only a crash before it would rerun the turn
             logger.exception("could not keep the reply of message %d", inbox_id)
 
@@ -142,6 +143,7 @@ class Outbox:
         try:
             # The reply is out: while the database is away (a PostgreSQL restart), wait for it rather than
             # leave the message pending, which would send the same reply again once it is back.
-            await DATABASE.call(self.store.mark_done, inbox_id, retry_on=database_unavailable, before_sleep=waiting)
+            await DATABASE.call(self.store.journal.mark_done, inbox_id, retry_on=database_unavailable,
+                                before_sleep=waiting)
         except Exception:  # noqa: BLE001 - it will be answered again after a restart, not lost
             logger.exception("could not mark message %d answered", inbox_id)

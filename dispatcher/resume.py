@@ -15,7 +15,7 @@ from core.records import PendingIncoming
 from dispatcher.identity import session_for
 from dispatcher.intake import RecentIds, WorkItem, evaluate
 from reminders.firing import REMINDER
-from store.conversations import ConversationStore
+from store.store import Store
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-async def pending_items(store: ConversationStore, cfg: Config, channels: Mapping[str, BaseChannel],
+async def pending_items(store: Store, cfg: Config, channels: Mapping[str, BaseChannel],
                         recent: RecentIds, live_ids: Callable[[], Awaitable[set[int]]] | None = None,
                         skip: Container[str] = (),
                         ) -> AsyncIterator[WorkItem]:
@@ -35,8 +35,8 @@ async def pending_items(store: ConversationStore, cfg: Config, channels: Mapping
     Items are yielded one by one, so each is queued before the next is read. Their ids go into ``recent``,
     so a platform delivering them again is answered once. An entry whose reply is in the outbox gets it.
     """
-    replies = await store.pending_replies()
-    rows = await store.pending_incoming()
+    replies = await store.journal.pending_replies()
+    rows = await store.journal.pending()
     live = await live_ids() if live_ids is not None else set()
     for row in rows:
         if row.id in live:
@@ -79,15 +79,15 @@ def quote(text: str) -> str:
     return "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines())
 
 
-async def resumed_item(store: ConversationStore, cfg: Config, channel: BaseChannel, row: PendingIncoming,
+async def resumed_item(store: Store, cfg: Config, channel: BaseChannel, row: PendingIncoming,
                        msg: IncomingMessage) -> WorkItem:
     """The work item of a journalled message, in the session it was journalled in."""
     info = session_for(msg, cfg)
     if info.session_id != row.session_id:
         # group_shared_session changed since the message was journalled: it stays in its own session.
         info = dataclasses.replace(info, session_id=row.session_id)
-    if await store.get_session(row.session_id) is None:
-        await store.ensure_session(info)
+    if await store.sessions.get(row.session_id) is None:
+        await store.sessions.ensure(info)
     trigger = evaluate(msg, cfg, channel.bot_username, accepted=True)
     text = trigger.text if row.user_seq is None else ""  # else its user message is stored: the turn reads that
     item = WorkItem(message=msg, info=info, text=text, command=trigger.command, inbox_id=row.id,

@@ -33,7 +33,7 @@ from dispatcher.hooks import MessageHooks
 from dispatcher.intake import MEDIA_KINDS, WorkItem, model_text
 from dispatcher.replies import TEXT_ONLY_REPLY, Presence, StreamedReply
 from media.intake import MediaIntake
-from store.conversations import ConversationStore
+from store.store import Store
 from usage.caps import ALLOWED, Turn, UsageCaps
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Parts(Protocol):
     media: MediaIntake
     sessions: SessionManager
     agent: Agent
-    store: ConversationStore
+    store: Store
     hooks: MessageHooks
 
 

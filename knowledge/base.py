@@ -32,7 +32,7 @@ from store.knowledge import Document, KnowledgeStore, NewChunk
 if TYPE_CHECKING:
     from config.settings import Config
     from memory.embeddings import BaseEmbedder
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def format_hits(hits: list[Hit]) -> str:
 class KnowledgeBase:
     """Documents and their chunks in the database, searched by words and meaning."""
 
-    def __init__(self, store: ConversationStore, config: Callable[[], Config],
+    def __init__(self, store: Store, config: Callable[[], Config],
                  embedder: Callable[[], BaseEmbedder | None] = lambda: None) -> None:
         self.tables = KnowledgeStore(store)
         self.config = config

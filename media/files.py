@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from core.files import atomic_write, session_dir_name
 
 if TYPE_CHECKING:
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ __all__ = [
 ]
 
 
-async def sweep_media(store: ConversationStore, data_dir: Path) -> int:
+async def sweep_media(store: Store, data_dir: Path) -> int:
     """The cleanup job's part (store/retention.py): delete the image folders whose session is no longer stored;
     return the image files deleted. The folders are listed before the sessions are read (see
     :func:`sweep_orphans`)."""

@@ -1,7 +1,8 @@
 """``/forget``: delete a session's stored history, memory files, notes and search index for good.
 
-The database part is one transaction: every table of the schema with a ``session_id`` column loses the
-session's rows (so tables added later are covered), children before ``sessions``. The files part removes
+The database part is one transaction (store/sessions.py ``Sessions.forget``): every table of the schema with a
+``session_id`` column loses the session's rows (so tables added later are covered), children before
+``sessions``; a group session also loses its group's background. The files part removes
 the session's memory folder: its daily files and MEMORY.md (and nothing outside it; links are not followed).
 """
 
@@ -10,18 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import delete, select
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING
 
 from media.files import delete_session_media
 from memory.daily import LONG_TERM_FILE, DailyMemory
-from store.group_messages import delete_group_messages
-from store.models import Base, GroupMessageRow, SessionRow
 
 if TYPE_CHECKING:
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -62,34 +58,6 @@ class ForgetReport:
         return "Deleted for good: " + ", ".join(parts) + "."
 
 
-#: Tables with a ``session_id`` that outlive the session: the bill's record (DESIGN §12), token counts only; a
-#: /forget that took them would also undo the day's spending and so the caps.
-KEPT_TABLES = frozenset({"usage", "usage_daily"})
-
-
-def session_tables() -> list[Any]:
-    """Every table with a ``session_id`` column (but :data:`KEPT_TABLES`), children first and ``sessions`` last."""
-    tables = [t for t in reversed(Base.metadata.sorted_tables) if "session_id" in t.c and t.name not in KEPT_TABLES]
-    return sorted(tables, key=lambda t: t.name == "sessions")  # stable: children keep their order
-
-
-def delete_session_history(conn: Connection, session_id: str) -> dict[str, int]:
-    """Delete the session's rows from every table that has them (run by ``store.run``); rows per table.
-
-    A group session also takes its group's background (``group_messages`` is keyed by the group, not by a
-    session): /forget in a group forgets what was said there.
-    """
-    sessions = SessionRow.__table__
-    group = conn.execute(select(sessions.c.channel, sessions.c.chat_id)
-                         .where(sessions.c.session_id == session_id, sessions.c.is_group.is_(True))).first()
-    rows = {}
-    if group is not None:
-        rows[GroupMessageRow.__tablename__] = delete_group_messages(conn, group[0], group[1])
-    rows.update({t.name: conn.execute(delete(t).where(t.c.session_id == session_id)).rowcount or 0
-                 for t in session_tables()})
-    return rows
-
-
 def delete_memory_files(memory: DailyMemory, session_id: str) -> list[str]:
     """Remove the session's memory folder and the files in it; return the names of the ``.md`` files removed."""
     folder = memory.session_dir(session_id)
@@ -113,10 +81,10 @@ def delete_memory_files(memory: DailyMemory, session_id: str) -> list[str]:
     return removed
 
 
-async def forget_session(store: ConversationStore, memory: DailyMemory, session_id: str) -> ForgetReport:
+async def forget_session(store: Store, memory: DailyMemory, session_id: str) -> ForgetReport:
     """Delete everything the bot keeps about a session: database rows first, then the memory files and the
     image files of its photos (``<data_dir>/media/<session dir>/``, beside ``<data_dir>/memory``)."""
-    rows = await store.run(delete_session_history, session_id)
+    rows = await store.sessions.forget(session_id)
     files = await asyncio.to_thread(delete_memory_files, memory, session_id)
     images = await asyncio.to_thread(delete_session_media, memory.root.parent, session_id)
     report = ForgetReport(rows=rows, files=files, images=images)

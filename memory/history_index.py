@@ -40,7 +40,7 @@ from store import message_vectors as mv
 from store.history_search import HistoryHit, history_hits, message_text, rank_history
 
 if TYPE_CHECKING:
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class SessionVectors:
 class HistoryIndex:
     """The vectors of every stored turn: the background indexer and the hybrid search over them."""
 
-    def __init__(self, store: ConversationStore, embedder: BaseEmbedder | None = None) -> None:
+    def __init__(self, store: Store, embedder: BaseEmbedder | None = None) -> None:
         self.store = store
         self.embedder = embedder
         #: the settings the embedder was built from (the memory_index plugin compares them)
@@ -321,7 +321,7 @@ class HistoryIndex:
 
     async def _search(self, session_id: str, query: str, limit: int, before_seq: int | None) -> list[HistoryHit]:
         if self.embedder is None:
-            return await self.store.search_history(session_id, query, limit, before_seq)
+            return await self.store.sessions.search_history(session_id, query, limit, before_seq)
         # the database ranks by words while the model embeds the query and the session's vectors are scanned
         held = await self.vectors(session_id)
         meaning = asyncio.ensure_future(self._meaning(held, session_id, query, before_seq))

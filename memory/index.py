@@ -29,7 +29,7 @@ from memory.embeddings import BaseEmbedder, to_bytes
 from store.models import MemoryChunkRow, utcnow
 
 if TYPE_CHECKING:
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def _models(conn: Connection, session_id: str) -> dict[str, int]:
 class MemoryIndex:
     """One process's access to the index: embeds passages with ``embedder`` (None: keywords only)."""
 
-    def __init__(self, store: ConversationStore, embedder: BaseEmbedder | None, memory: DailyMemory) -> None:
+    def __init__(self, store: Store, embedder: BaseEmbedder | None, memory: DailyMemory) -> None:
         self.store = store
         self.embedder = embedder
         self.memory = memory

@@ -30,11 +30,11 @@ import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.pool import QueuePool
 
 from store.search_terms import SQL_FUNCTION, index_text
@@ -47,6 +47,9 @@ T = TypeVar("T")
 #: (a server restart must not fail the next turn) and recycled before typical idle-connection timeouts.
 POSTGRES_POOL: dict[str, Any] = {"pool_size": 10, "max_overflow": 20, "pool_pre_ping": True, "pool_recycle": 1800,
                                  "pool_timeout": 30}
+#: libpq keepalives on the advisory locks' connection (store/locks.py): a host that vanished without closing its
+#: socket loses its locks after about idle + interval x count seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
 #: How long a SQLite transaction waits (in the worker) for another program's write lock before it fails.
 BUSY_TIMEOUT_MS = 5000
 #: Checkpoint the WAL once it holds this many bytes (SQLite's own automatic threshold is ~4 MB too).
@@ -55,10 +58,58 @@ CHECKPOINT_BYTES = 4 * 1024 * 1024
 CHECKPOINT_CHECK_EVERY = 100
 
 
+class Runner(Protocol):
+    """What a repository (store/sessions.py, store/journal.py, …) needs of the store: transactions on its engine."""
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        ...
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` in one transaction; return its result."""
+        ...
+
+    async def run_long(self, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`run` for work that takes a while (off the event loop on SQLite too)."""
+        ...
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` says the database could not be reached or dropped the connection (a PostgreSQL
+    restart, a network cut), so the same work can succeed a moment later on a new connection."""
+    return isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
 def sqlite_path(url: str) -> str:
     """The file of a ``sqlite://`` URL; "" for an in-memory database."""
     path = url.split("///", 1)[1] if "///" in url else ""
     return "" if path == ":memory:" else path
+
+
+def sqlite_database(url: str) -> str:
+    """The ``database`` part of a ``sqlite://`` URL as SQLAlchemy reads it ("" when it has none)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).database or ""
+
+
+def unreachable(url: str, timeout: float) -> str | None:
+    """PostgreSQL: connect once (waiting at most ``timeout`` s); the driver's reason, first line, when that
+    fails, else None."""
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": int(timeout)})
+    try:
+        with engine.connect():
+            return None
+    except SQLAlchemyError as exc:
+        reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        return str(reason).strip().splitlines()[0]
+    finally:
+        engine.dispose()
 
 
 class Database:
@@ -110,6 +161,16 @@ class Database:
         if self._orphans:
             await asyncio.wait(set(self._orphans), timeout=grace)
         await self.engine.dispose()
+
+
+def lock_engine(url: str, application_name: str) -> Any:
+    """PostgreSQL: the engine of the advisory locks' one connection (store/locks.py): autocommit, no pool (a
+    connection holding session-level locks must never be handed to anyone else), TCP keepalives."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
+    return create_async_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT",
+                               connect_args={"application_name": application_name, **KEEPALIVES})
 
 
 class SQLiteDatabase:

@@ -1,6 +1,6 @@
 """What ``/export`` reads (DESIGN §1.4): a session's row and its stored messages page by page, oldest first.
 
-Transaction functions run by :meth:`store.conversations.ConversationStore.run`. Pages are an index range scan
+Transaction functions run by :meth:`store.store.Store.run`. Pages are an index range scan
 of ``(session_id, seq)``, so a long history is read a page at a time and never held whole in memory.
 """
 

@@ -1,5 +1,4 @@
-"""The group background's table (DESIGN §1.3): transaction functions run by
-:class:`store.conversations.ConversationStore`.
+"""The group background repository: the ``group_messages`` table (DESIGN §1.3).
 
 A group's rows are its background messages (``kind`` "message") and marks of where the bot was asked
 (``kind`` "trigger"), ordered by ``created_at``, the time the bot received them. The background for a
@@ -17,6 +16,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.engine import Connection
 
+from store.engine import Runner
 from store.models import GroupMessageRow
 
 logger = logging.getLogger(__name__)
@@ -76,3 +76,29 @@ def delete_old_group_messages(conn: Connection, cutoff: datetime, batch: int) ->
     """Delete one batch of rows received before ``cutoff``; return how many."""
     ids = select(_C.id).where(_C.created_at < cutoff).order_by(_C.id).limit(batch).scalar_subquery()
     return conn.execute(delete(_T).where(_C.id.in_(ids))).rowcount or 0
+
+
+class GroupMessages:
+    """The groups' background messages and trigger marks."""
+
+    def __init__(self, db: Runner) -> None:
+        self.db = db
+
+    async def add(self, channel: str, chat_id: str, user_name: str, text: str, kind: str, sent_at: datetime,
+                  created_at: datetime, cap: int = GROUP_MESSAGE_CAP) -> None:
+        """Store a group's background message (or trigger mark) and prune the group to its newest ``cap`` rows."""
+        await self.db.run(add_group_message, channel, chat_id, user_name, text, kind, sent_at, created_at, cap)
+
+    async def background(self, channel: str, chat_id: str, before: datetime, limit: int) -> list[GroupLine]:
+        """The group's last ``limit`` background messages since its previous trigger mark, before ``before``."""
+        if limit <= 0:
+            return []
+        return await self.db.run(group_background, channel, chat_id, before, limit)
+
+    async def delete(self, channel: str, chat_id: str) -> int:
+        """Delete a group's whole background; return how many rows went."""
+        return await self.db.run(delete_group_messages, channel, chat_id)
+
+    async def delete_old(self, cutoff: datetime, batch: int = 1000) -> int:
+        """Delete one batch of group background rows received before ``cutoff``; return how many."""
+        return await self.db.run_long(delete_old_group_messages, cutoff, batch)

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from store.models import KnowledgeChunkRow, KnowledgeDocumentRow, KnowledgeGrantRow, utcnow
 
 if TYPE_CHECKING:
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 _D = KnowledgeDocumentRow.__table__
 _C = KnowledgeChunkRow.__table__
@@ -183,7 +183,7 @@ def revoke(conn: Connection, chat: str, scope: str) -> bool:
 class KnowledgeStore:
     """The knowledge tables through the conversation store's engine (one transaction per call)."""
 
-    def __init__(self, store: ConversationStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     async def find(self, scope: str, name: str) -> Document | None:

@@ -2,7 +2,8 @@
 
 Several bot processes may share one PostgreSQL database. Who answers a session, who runs a summary job,
 who polls Telegram and who runs the cleanup are decided by PostgreSQL *session-level advisory locks*, all
-taken on one dedicated connection per process (:class:`AdvisoryLocks`). Such a lock lives exactly as long
+taken on one dedicated connection per process (:class:`AdvisoryLocks`: a SQLAlchemy connection of an engine of
+its own, store/engine.py ``lock_engine``, never returned to a pool). Such a lock lives exactly as long
 as the connection: when a process dies, even by ``kill -9``, the server sees its socket close and frees
 every lock it held at once, so another process takes its work over without waiting out a lease. TCP
 keepalives bound how long a vanished host (no FIN) holds its locks.
@@ -21,14 +22,14 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from store.engine import lock_engine
 
 logger = logging.getLogger(__name__)
-
-#: libpq keepalives on the lock connection: a host that vanished without closing its socket loses its
-#: locks after about idle + interval x count seconds.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
-
 
 def lock_key(name: str) -> int:
     """The 64-bit advisory lock key of a lock name (stable across processes and Python versions)."""
@@ -88,15 +89,26 @@ class LocalLocks:
         self._held.clear()
 
 
+_TRY = text("SELECT pg_try_advisory_lock(:key)")
+_UNLOCK = text("SELECT pg_advisory_unlock(:key)")
+_PING = text("SELECT 1")
+
+
 class AdvisoryLocks:
-    """PostgreSQL session-level advisory locks on one dedicated autocommit connection (psycopg)."""
+    """PostgreSQL session-level advisory locks on one dedicated autocommit connection.
+
+    The connection is a SQLAlchemy ``AsyncConnection`` of an engine of its own without a pool
+    (store/engine.py ``lock_engine``): a session-level lock belongs to the connection, so the connection must
+    never go back to a pool (the next transaction to check it out would inherit the locks, and a pool's
+    pre-ping or recycle would drop them unseen). Its failures are SQLAlchemy's, as the store's are."""
 
     shared = True
 
     def __init__(self, url: str, *, application_name: str = "longchat") -> None:
-        self.url = _libpq_url(url)
+        self.url = url
         self.application_name = application_name
-        self._conn: object | None = None
+        self._engine: Any = None
+        self._conn: Any = None  # sqlalchemy.ext.asyncio.AsyncConnection
         self._connecting = asyncio.Lock()
         self._held: set[str] = set()
         #: lock names are prefixed with the connection's schema, so deployments sharing a database in
@@ -106,31 +118,29 @@ class AdvisoryLocks:
         #: called (synchronously) with the names that were held when the connection broke
         self.on_lost: list[Callable[[set[str]], None]] = []
 
-    async def _connection(self):  # -> psycopg.AsyncConnection
+    async def _connection(self) -> Any:
         if self._conn is not None and not self._conn.closed:
             return self._conn
         async with self._connecting:
             if self._conn is None or self._conn.closed:
-                import psycopg
-
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, application_name=self.application_name, **KEEPALIVES)
-                cur = await conn.execute("SELECT current_schema()")
-                row = await cur.fetchone()
-                self._namespace = f"{row[0] if row else ''}/"
+                if self._engine is None:
+                    self._engine = lock_engine(self.url, self.application_name)
+                conn = await self._engine.connect()
+                try:
+                    schema = (await conn.execute(text("SELECT current_schema()"))).scalar()
+                except BaseException:
+                    await _close_quietly(conn)
+                    raise
+                self._namespace = f"{schema or ''}/"
                 self._conn = conn
             return self._conn
 
-    async def _query(self, sql: str, name: str | None = None) -> object:
-        import psycopg
-
+    async def _query(self, sql: Any, name: str | None = None) -> object:
         try:
             conn = await self._connection()
-            params = (lock_key(self._namespace + name),) if name is not None else None
-            cur = await conn.execute(sql, params)
-            row = await cur.fetchone()
-            return row[0] if row else None
-        except psycopg.Error:
+            params = {"key": lock_key(self._namespace + name)} if name is not None else {}
+            return (await conn.execute(sql, params)).scalar()
+        except SQLAlchemyError:
             self._broken()
             raise
 
@@ -156,7 +166,7 @@ class AdvisoryLocks:
             return False
         self._held.add(name)  # before the await: a second task of this process must not try too
         try:
-            taken = bool(await self._query("SELECT pg_try_advisory_lock(%s)", name))
+            taken = bool(await self._query(_TRY, name))
         except BaseException:
             self._held.discard(name)
             raise
@@ -169,7 +179,7 @@ class AdvisoryLocks:
         if name not in self._held:
             return
         try:
-            await self._query("SELECT pg_advisory_unlock(%s)", name)
+            await self._query(_UNLOCK, name)
         except Exception:  # noqa: BLE001 - the connection broke: the server freed the lock
             logger.debug("release of %s: the connection is gone (the lock with it)", name)
         finally:
@@ -182,10 +192,14 @@ class AdvisoryLocks:
     async def ping(self) -> bool:
         """Check the connection; False (and every lock dropped) when it broke."""
         try:
-            await self._query("SELECT 1")
+            await self._query(_PING)
             return True
         except Exception:  # noqa: BLE001 - any failure means the locks may be gone
             return False
+
+    async def backend_pid(self) -> int:
+        """The server process of the lock connection (``pg_stat_activity.pid``)."""
+        return int(await self._query(text("SELECT pg_backend_pid()")))  # type: ignore[arg-type]
 
     async def close(self) -> None:
         """Close the connection, which releases every lock."""
@@ -193,20 +207,18 @@ class AdvisoryLocks:
         self._held.clear()
         if conn is not None:
             await _close_quietly(conn)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await engine.dispose()
 
 
-async def _close_quietly(conn: object) -> None:
+async def _close_quietly(conn: Any) -> None:
     try:
-        await conn.close()  # type: ignore[attr-defined]
+        await conn.close()
     except Exception:  # noqa: BLE001 - closing a broken connection
         logger.debug("closing the lock connection failed", exc_info=True)
-
-
-def _libpq_url(url: str) -> str:
-    """A SQLAlchemy URL as libpq takes it (``postgresql+psycopg://`` → ``postgresql://``)."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def locks_for(url: str) -> Locks:

@@ -26,7 +26,7 @@ from sqlalchemy import bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
 from core.records import PendingIncoming
-from store.conversations import ConversationStore
+from store.engine import Runner
 from store.models import InboxRow, MessageRow, ReminderRow, SessionRow, utcnow
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def _note_in_history(conn: Connection, session_id: str, inbox_id: int, message: 
 class Reminders:
     """The reminders of every session, on the conversation store's database."""
 
-    def __init__(self, store: ConversationStore, *, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, store: Runner, *, max_pending: int = MAX_PENDING) -> None:
         self.store = store
         self.max_pending = max_pending
 
@@ -206,7 +206,7 @@ class Reminders:
         return await self.store.run(run)
 
 
-async def session_reminders(store: ConversationStore, session_id: str) -> list[dict[str, Any]]:
+async def session_reminders(store: Runner, session_id: str) -> list[dict[str, Any]]:
     """Every reminder of a session (pending, sent, cancelled) as plain dicts, oldest first: for ``/export``."""
     stmt = select(*_COLUMNS).where(_C.session_id == session_id).order_by(_C.created_at, _C.id)
 

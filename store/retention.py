@@ -22,23 +22,13 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 
+from store.store import Store
 from store.usage import UsageStore
 
 logger = logging.getLogger(__name__)
 
 DAILY_JOB_ID = "cleanup-daily"
 STARTUP_JOB_ID = "cleanup-startup"
-
-
-class RetentionStore(Protocol):
-    """The part of :class:`store.conversations.ConversationStore` the job uses."""
-
-    async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200, max_messages: int = 2000,
-                                      ) -> tuple[int, int]: ...
-
-    async def prune_inbox(self, cutoff: datetime, batch: int = 1000) -> int: ...
-
-    async def delete_old_group_messages(self, cutoff: datetime, batch: int = 1000) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +63,7 @@ class RetentionSettings(Protocol):
 class CleanupJob:
     """Runs the retention cleanup on an APScheduler ``AsyncIOScheduler``: daily at ``cleanup_hour``."""
 
-    def __init__(self, store: RetentionStore, config_provider: Callable[[], RetentionSettings], *,
+    def __init__(self, store: Store, config_provider: Callable[[], RetentionSettings], *,
                  startup_delay: float = 5.0, batch_size: int = 20, max_messages: int = 1000,
                  inbox_batch_size: int = 1000, usage: UsageStore | None = None,
                  sweep_media: Callable[[], Awaitable[int]] | None = None) -> None:
@@ -205,7 +195,7 @@ class CleanupJob:
         sessions = messages = inbox = group = batches = 0
         while not self._stopping:
             batch_started = time.perf_counter()
-            n_sessions, n_messages = await self.store.delete_expired_sessions(cutoff, self.batch_size,
+            n_sessions, n_messages = await self.store.sessions.delete_expired(cutoff, self.batch_size,
                                                                               self.max_messages)
             sessions += n_sessions
             messages += n_messages
@@ -216,13 +206,13 @@ class CleanupJob:
             if n_sessions < self.batch_size and n_messages < self.max_messages:
                 break
         while not self._stopping:
-            n_inbox = await self.store.prune_inbox(cutoff, self.inbox_batch_size)
+            n_inbox = await self.store.journal.prune(cutoff, self.inbox_batch_size)
             inbox += n_inbox
             await asyncio.sleep(0)
             if n_inbox < self.inbox_batch_size:
                 break
         while not self._stopping:  # group background (DESIGN §1.3) received before the cutoff
-            n_group = await self.store.delete_old_group_messages(cutoff, self.inbox_batch_size)
+            n_group = await self.store.groups.delete_old(cutoff, self.inbox_batch_size)
             group += n_group
             await asyncio.sleep(0)
             if n_group < self.inbox_batch_size:

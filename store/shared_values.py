@@ -15,8 +15,8 @@ from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from store.conversations import ConversationStore
 from store.models import SharedValueRow
+from store.store import Store
 
 _T = SharedValueRow.__table__
 _C = _T.c
@@ -69,7 +69,7 @@ def _release(conn: Connection, name: str) -> None:
 class SharedValues:
     """Named values in the database (see the module docstring)."""
 
-    def __init__(self, store: ConversationStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     async def get(self, name: str) -> SharedValue | None:

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import case, delete, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
-from store.conversations import ConversationStore
+from store.engine import Runner
 from store.models import UsageDailyRow, UsageFlightRow, UsageRow
 
 logger = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ def _daily_sums(conn: Connection) -> list[tuple[str, str, str, str, str, int, in
 class UsageStore:
     """Reads and writes ``usage`` and ``usage_daily`` through the conversation store's database."""
 
-    def __init__(self, store: ConversationStore) -> None:
+    def __init__(self, store: Runner) -> None:
         self.store = store
 
     async def add(self, rows: Sequence[dict[str, Any]]) -> None:

@@ -48,9 +48,9 @@ from core.retry import ONE_TRY, SUMMARY_CALL, RetryPolicy
 from core.usage import usage_scope
 from core.workers import KeyedWorkers
 from memory.daily import DailyMemory, OnWritten, notify_written
-from store.conversations import ConversationStore
 from store.locks import LocalLocks, Locks
 from store.models import utcnow
+from store.store import Store
 from summaries.collaborators import ROUGH, LiveState, SummaryTarget, TextCounter
 from summaries.facts import CheckResult, check_summary, with_kept_lines
 from summaries.parts import summarise_entries
@@ -140,7 +140,7 @@ class Summarizer:
     def __init__(
         self,
         *,
-        store: ConversationStore,
+        store: Store,
         llm: BaseLLM,
         config: Callable[[], Config],
         sessions: SummaryTarget,
@@ -233,7 +233,7 @@ class Summarizer:
             raise ValueError(f"unknown summary reason {reason!r}; expected one of {', '.join(sorted(REASONS))}")
         if reason == "clear":  # before any await: a job finishing meanwhile must not inject
             self.note_cleared(session_id)
-        job_id = await self.store.add_summary_job(session_id, reason, from_seq, through_seq)
+        job_id = await self.store.jobs.add(session_id, reason, from_seq, through_seq)
         self._enqueue(_Job(job_id, session_id, reason, from_seq, through_seq,
                            self._clears.get(session_id, 0), done))
 
@@ -262,7 +262,7 @@ class Summarizer:
 
     async def _queue_journalled(self, before: datetime | None = None) -> int:
         """Queue the journal's pending jobs (journalled before ``before``) that no worker here has."""
-        jobs = [j for j in await self.store.pending_summary_jobs(before) if j.id not in self._queued]
+        jobs = [j for j in await self.store.jobs.pending(before) if j.id not in self._queued]
         for j in jobs:
             if j.reason == "clear":
                 self.note_cleared(j.session_id)
@@ -297,7 +297,7 @@ class Summarizer:
         while not await self.locks.try_acquire(name):  # noqa: ASYNC110
             await asyncio.sleep(LOCK_RETRY_SECONDS)
         try:
-            if not await self.store.summary_job_pending(job.id):
+            if not await self.store.jobs.is_pending(job.id):
                 logger.info("summary job %d (session %s) was run by another process", job.id, job.session_id)
                 return _Outcome(None, None, 0, "skipped")
             return await self._run(job)
@@ -318,13 +318,13 @@ class Summarizer:
     async def _run(self, job: _Job) -> _Outcome:
         started = time.perf_counter()
         sid = job.session_id
-        record = await self.store.get_session(sid)
+        record = await self.store.sessions.get(sid)
         state = self._state(sid)
         through = record.summarized_through_seq if record else 0
         if state is not None:
             through = max(through, state.summarized_through_seq)
         first = max(job.from_seq, through + 1)
-        stored = await self.store.load_messages(sid, first, job.through_seq) \
+        stored = await self.store.sessions.load_messages(sid, first, job.through_seq) \
             if record is not None and first <= job.through_seq else []
         if not stored:
             outcome = _Outcome(None, None, 0, "skipped")
@@ -335,7 +335,7 @@ class Summarizer:
             # (DESIGN §12). Set here: a worker task started inside a turn would otherwise carry that turn's scope.
             with usage_scope(sid, "", "summary", tally=[0]):  # a tally of its own, not a turn's
                 outcome = await self._summarise_job(job, record, [m.message for m in stored])
-        await self.store.finish_summary_job(job.id)
+        await self.store.jobs.finish(job.id)
         logger.info("summary job %d session %s %s seqs %d-%d: %d turn%s, %s, %.0f ms", job.id, sid, job.reason,
                     stored[0].seq if stored else first, job.through_seq, outcome.turns,
                     "" if outcome.turns == 1 else "s", outcome.status,
@@ -423,7 +423,7 @@ class Summarizer:
         cap = max(16, min(SUMMARY_ANSWER_TOKENS, window - int(asked * 1.2)))
 
         async def once() -> str:
-            await self.store.count_summary_attempt(job.id)
+            await self.store.jobs.count_attempt(job.id)
             response = await self.llm.complete(request, tools=None, model=model, temperature=0, max_tokens=cap,
                                                retry=ONE_TRY)
             text = (response.content or "").strip()

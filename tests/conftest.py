@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from config.settings import normalise_db_url
-from store.conversations import ConversationStore
+from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[ConversationStore]:
-    """A ConversationStore opened (and migrated) on ``db_url``; closed afterwards."""
-    s = ConversationStore(db_url)
+async def store(db_url: str) -> AsyncIterator[Store]:
+    """A Store opened (and migrated) on ``db_url``; closed afterwards."""
+    s = Store(db_url)
     await s.open()
     try:
         yield s

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # tools stay importable on their own
     from memory.history_index import HistoryIndex
     from memory.person import PersonNotes
     from memory.search import MemorySearch
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class ToolServices(Protocol):
     ``dispatcher.commands.Services``; this names what tools use of it, so the agent stays below the dispatcher."""
 
     @property
-    def store(self) -> ConversationStore: ...
+    def store(self) -> Store: ...
 
     @property
     def memory(self) -> DailyMemory: ...
@@ -82,7 +82,7 @@ class ToolContext:
     #: the application's parts, or None outside the app
     services: ToolServices | None = None
     #: the conversation store, or None
-    store: ConversationStore | None = None
+    store: Store | None = None
     #: the daily memory files, or None
     memory: DailyMemory | None = None
     #: the first stored message of the turn being answered (0: unknown); searches leave it and later ones out

@@ -19,7 +19,7 @@ from store.history_search import HistoryHit
 
 if TYPE_CHECKING:
     from memory.history_index import HistoryIndex
-    from store.conversations import ConversationStore
+    from store.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +55,13 @@ async def history_search(ctx: ToolContext, query: str) -> str:
     return format_hits(hits, ctx.config.zone())
 
 
-async def find(store: ConversationStore, index: HistoryIndex | None, session_id: str, query: str,
+async def find(store: Store, index: HistoryIndex | None, session_id: str, query: str,
                before: int | None) -> list[HistoryHit]:
     """The hits the tool shows: by words and meaning with a history index (memory/history_index.py), else by
     words."""
     if index is not None:
         return await index.search(session_id, query, RESULT_LIMIT, before)
-    return await store.search_history(session_id, query, RESULT_LIMIT, before_seq=before)
+    return await store.sessions.search_history(session_id, query, RESULT_LIMIT, before_seq=before)
 
 
 def format_hits(hits: list[HistoryHit], zone: tzinfo, budget: int | None = None, near: int | None = None) -> str:

@@ -38,6 +38,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +73,6 @@ from core.messages import IncomingMessage
 from core.retry import RECEIVE, RetryPolicy, no_hint
 
 if TYPE_CHECKING:
-    from bootstrap.services import Services
     from tenacity import RetryCallState
 
     from config.settings import Config
@@ -163,11 +163,11 @@ class WeixinChannel(BaseChannel):
 
     name = "weixin"
 
-    def __init__(self, config: Config, services: Services | None = None) -> None:
+    def __init__(self, config: Config, window: Callable[[str], str] | None = None) -> None:
         super().__init__()
         self.config = config
-        #: the app's parts: the model's window for the terminal banner
-        self.services = services
+        #: ``window(model)`` describes the model's window, for the terminal banner (channels/registry.py)
+        self.window = window
         self.files = LoginFiles(Path(config.data_dir))
         self.base_url = (config.weixin_base_url or "https://ilinkai.weixin.qq.com").rstrip("/")
         self._session: aiohttp.ClientSession | None = None
@@ -231,8 +231,8 @@ class WeixinChannel(BaseChannel):
         from channels.terminal import start_banner
 
         window = ""
-        if self.services is not None and self.config.model_configured:
-            window = self.services.agent.windows.get(self.config.model).describe()
+        if self.window is not None and self.config.model_configured:
+            window = self.window(self.config.model)
         hint = ("WeChat: logged in; the bot answers messages sent to it. Ctrl-C stops." if self.client is not None
                 else "WeChat: not logged in yet; scan the QR code below. Ctrl-C stops.")
         print(start_banner(self.config, window=window, hint=hint), flush=True)  # noqa: T201 - the start banner

@@ -131,7 +131,7 @@ async def clear_context(request: CommandRequest) -> str:
         return SHARED_GROUP_REPLY.format(what="clear")
     saved = await request.services.sessions.clear(request.session)
     if request.session.is_group:  # the group's background goes too (DESIGN §1.3)
-        await request.services.store.delete_group_messages(request.session.channel, request.session.chat_id)
+        await request.services.store.groups.delete(request.session.channel, request.session.chat_id)
     if saved:
         return f"Context cleared. {_plural(saved, 'turn')} {'was' if saved == 1 else 'were'} saved to memory."
     return "Context cleared. There was nothing new to save to memory."

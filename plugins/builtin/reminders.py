@@ -34,21 +34,21 @@ def register_tools(register) -> None:
 async def remind_command(request: CommandRequest) -> str:
     """``/remind <when> <text>``."""
     services = request.services
-    return await remind_command_text(Reminders(services.store), services.config().zone(), request.message,
+    return await remind_command_text(services.store.reminders, services.config().zone(), request.message,
                                      request.session_id, request.command.args)
 
 
 async def reminders_command(request: CommandRequest) -> str:
     """``/reminders`` and ``/reminders cancel <n>``."""
     services = request.services
-    return await reminders_command_text(Reminders(services.store), services.config().zone(), request.message,
+    return await reminders_command_text(services.store.reminders, services.config().zone(), request.message,
                                         request.session_id, request.command.args, request.is_admin)
 
 
 def _reminders(ctx: ToolContext) -> Reminders:
     if ctx.store is None:
         raise RuntimeError("the reminder tools need the conversation store in their context")
-    return Reminders(ctx.store)
+    return ctx.store.reminders
 
 
 @tool

@@ -1,8 +1,8 @@
-"""Alembic migrations of the conversation store, applied at start by ``ConversationStore.migrate()``.
+"""Alembic migrations of the conversation store, applied at start by ``Store.migrate()``.
 
 The Alembic configuration is built in code, so no ``alembic.ini`` is needed at run time (the one in
 this folder is for developers' command-line use). The store runs ``upgrade_to_head`` in one of its own
-transactions (``ConversationStore.run``).
+transactions (``Store.run``).
 
 Importing Alembic is a noticeable part of start-up, so the usual start, on a database already at head,
 does without it: the head revision is read from the scripts' ``revision``/``down_revision`` lines

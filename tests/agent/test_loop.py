@@ -11,7 +11,8 @@ from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry, tool
 from config.settings import Config, ConfigHolder
 from core.errors import ContextOverflowError, TransientLLMError
-from store.conversations import ConversationStore, SessionInfo
+from core.records import SessionInfo
+from store.store import Store
 from tests.fakes.fake_llm import FakeLLM
 
 INFO = SessionInfo(session_id="terminal:local", channel="terminal", chat_id="local", user_id="local")
@@ -47,7 +48,7 @@ def huge(ctx) -> str:
 
 @pytest.fixture
 async def parts(tmp_path):
-    store = ConversationStore(f"sqlite:///{tmp_path / 'c.db'}")
+    store = Store(f"sqlite:///{tmp_path / 'c.db'}")
     await store.open()
     yield store
     await store.close()
@@ -73,7 +74,7 @@ async def test_tool_round_trip_is_persisted_in_order(parts):
     agent, state, _ = await make(parts, llm)
     result = await turn(agent, state, "ping")
     assert result.text == "done" and result.steps == 2 and result.tool_calls == 1
-    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    stored = [m.message for m in await parts.sessions.load_messages(INFO.session_id)]
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[2] == {"role": "tool", "tool_call_id": stored[1]["tool_calls"][0]["id"], "content": "pong"}
     # the second request carried the tool call and its result
@@ -104,7 +105,7 @@ async def test_tool_results_are_capped_at_50000_characters(parts):
     llm = FakeLLM().enqueue_tools(("huge", {})).enqueue("ok")
     agent, state, _ = await make(parts, llm)
     await turn(agent, state, "x")
-    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    stored = [m.message for m in await parts.sessions.load_messages(INFO.session_id)]
     content = stored[2]["content"]
     assert content.startswith("x" * 50_000)
     assert content[50_000:] == "\n\n[Tool result truncated: showing 50,000 of 60,000 characters]"
@@ -123,7 +124,7 @@ async def test_step_limit_makes_one_final_call_without_tools(parts):
     last = llm.history[3]
     assert last.tools is None
     assert last.messages[-1] == {"role": "system", "content": FINAL_ANSWER_PROMPT}
-    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    stored = [m.message for m in await parts.sessions.load_messages(INFO.session_id)]
     # the final-answer prompt is never stored, and the only user message is the user's
     assert [m["content"] for m in stored if m["role"] == "user"] == ["loop forever"]
     assert all(m.get("content") != FINAL_ANSWER_PROMPT for m in stored)
@@ -141,7 +142,7 @@ async def test_overflow_recovery_stages_then_clear(parts):
     agent, state, sink = await make(parts, llm)
     for i in range(8):
         await turn(agent, state, f"message {i}")
-    before = len(await parts.load_messages(INFO.session_id))
+    before = len(await parts.sessions.load_messages(INFO.session_id))
     for _ in range(4):
         llm.enqueue(overflow())
     result = await turn(agent, state, "one more")
@@ -151,10 +152,10 @@ async def test_overflow_recovery_stages_then_clear(parts):
     kept_turns = [len(r.user_texts()) for r in llm.history[-4:]]
     assert kept_turns == [9, 5, 2, 1]
     assert sink.drops[-1][1] == "overflow"
-    record = await parts.get_session(INFO.session_id)
+    record = await parts.sessions.get(INFO.session_id)
     assert record.context_start_seq == record.last_seq + 1
     # rows are never deleted
-    assert len(await parts.load_messages(INFO.session_id)) == before + 1
+    assert len(await parts.sessions.load_messages(INFO.session_id)) == before + 1
     result = await turn(agent, state, "fresh start")
     assert llm.history[-1].user_texts() == ["fresh start"]
 
@@ -232,7 +233,7 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
     llm = FakeLLM().enqueue_tools(("echo_tool", {"text": "pong"})).enqueue(
         LLMResponse(content="half an answ", finish_reason="length"))
     agent, state, _ = await make(parts, llm)
-    recorded = await parts.record_incoming("terminal", "m-1", INFO.session_id, {}, None)
+    recorded = await parts.journal.record_incoming("terminal", "m-1", INFO.session_id, {}, None)
     assert recorded is not None
     inbox_id = recorded[0]
     finals: list[str] = []
@@ -246,8 +247,8 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
         result = await agent.run_turn(state, final=keep)
     assert result.text == f"half an answ\n\n{LENGTH_NOTE}" and finals == [result.text]
     # kept as the user sees it (with the note), stored as the model wrote it; the message stays pending
-    assert await parts.pending_replies() == {inbox_id: result.text}
-    stored = [m.message for m in await parts.load_messages(INFO.session_id)]
+    assert await parts.journal.pending_replies() == {inbox_id: result.text}
+    stored = [m.message for m in await parts.sessions.load_messages(INFO.session_id)]
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[-1]["content"] == "half an answ"
     assert [m.seq for m in state.messages] == [1, 2, 3, 4]
@@ -257,7 +258,7 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
         await agent.add_user_message(state, "again")
         assert (await agent.run_turn(state)).text == "plain"
     assert finals == [f"half an answ\n\n{LENGTH_NOTE}"]
-    assert await parts.pending_replies() == {inbox_id: result.text}
+    assert await parts.journal.pending_replies() == {inbox_id: result.text}
 
 
 async def test_every_request_caps_the_answer_within_the_window(parts):
@@ -300,7 +301,7 @@ async def test_reasoning_kept_on_tool_calls_sent_back_never_shown():
                                                                   "arguments": {"text": "hi"}}}]}}]})
         srv.enqueue_text("<think>the user wants hi</think>\n\nhi back")
         llm = OpenAILLM(api_key="k", base_url=srv.base_url, model="m")
-        store = ConversationStore("sqlite://")
+        store = Store("sqlite://")
         await store.open()
         try:
             agent, state, _ = await make(store, llm)
@@ -370,7 +371,7 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
     assert "".join(pieces.events) == "Half of "
     assert result.text == f"Half of\n\n{STREAM_BROKEN_NOTE}"
     assert result.outcome == "cut (the stream broke)"
-    stored = await parts.load_messages(INFO.session_id)
+    stored = await parts.sessions.load_messages(INFO.session_id)
     assert stored[-1].message == {"role": "assistant", "content": result.text}
 
 

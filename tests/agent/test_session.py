@@ -32,8 +32,8 @@ def tool_turn(i: int) -> list[dict]:
 
 
 async def seed(store, info: SessionInfo, turns: int) -> None:
-    await store.ensure_session(info)
-    await store.append(info.session_id, [m for i in range(1, turns + 1) for m in tool_turn(i)])
+    await store.sessions.ensure(info)
+    await store.sessions.append(info.session_id, [m for i in range(1, turns + 1) for m in tool_turn(i)])
 
 
 def manager(tmp_path, store, sink=None, **kw) -> SessionManager:
@@ -51,14 +51,14 @@ async def test_restore_brings_back_the_last_turns_as_text_only(tmp_path, store, 
         pair for i in range(first, 7) for pair in ((4 * i - 3, {"role": "user", "content": f"q{i}"}),
                                                    (4 * i, {"role": "assistant", "content": f"a{i}"}))]
     assert state.context_start_seq == 4 * first - 3
-    assert (await store.get_session(A.session_id)).context_start_seq == 4 * first - 3
+    assert (await store.sessions.get(A.session_id)).context_start_seq == 4 * first - 3
     # the older turns after the boundary go to the summariser
     assert sink.submitted == [(A.session_id, "restore", 1, 4 * first - 4)]
 
 
 async def test_restore_reinjects_the_summary_and_skips_what_was_summarised(tmp_path, store):
     await seed(store, A, 6)
-    await store.set_summary(A.session_id, "- earlier", 2, through_seq=8)
+    await store.sessions.set_summary(A.session_id, "- earlier", 2, through_seq=8)
     sink = Sink()
     state = await manager(tmp_path, store, sink).get(A)
     assert (state.summary, state.summary_turns, state.summarized_through_seq) == ("- earlier", 2, 8)
@@ -91,14 +91,14 @@ async def test_least_recently_used_unlocked_contexts_are_evicted(tmp_path, store
 
 async def test_clear_hands_unsummarised_turns_to_the_sink_and_empties_the_context(tmp_path, store):
     await seed(store, A, 2)
-    await store.set_summary(A.session_id, "- s", 1, through_seq=4)
+    await store.sessions.set_summary(A.session_id, "- s", 1, through_seq=4)
     sink = Sink()
     sessions = manager(tmp_path, store, sink)
     assert await sessions.clear(A) == 1
     assert sink.submitted == [(A.session_id, "clear", 5, 8)]
     state = sessions.peek(A.session_id)
     assert (state.messages, state.context_start_seq, state.summary) == ([], 9, None)
-    record = await store.get_session(A.session_id)
+    record = await store.sessions.get(A.session_id)
     assert (record.context_start_seq, record.summary) == (9, None)
     assert await sessions.clear(A) == 0  # nothing new
 
@@ -110,7 +110,7 @@ async def test_compact_keeps_the_last_turn(tmp_path, store):
     assert await sessions.compact(A) == CompactResult(turns=2, background=True)  # no summarize_now
     assert sink.submitted == [(A.session_id, "compact", 1, 8)]
     assert [m.seq for m in sessions.peek(A.session_id).messages] == [9, 12]
-    assert (await store.get_session(A.session_id)).context_start_seq == 9
+    assert (await store.sessions.get(A.session_id)).context_start_seq == 9
     assert await sessions.compact(A) == CompactResult(turns=0)
 
 
@@ -118,7 +118,7 @@ async def test_compact_keeps_the_last_turn(tmp_path, store):
 
 async def arrive(store, info: SessionInfo, text: str, n: int) -> int:
     """A message stored at intake and still waiting for its answer (its inbox row pending); its seq."""
-    _inbox, seq = await store.record_incoming(info.channel, f"m{n}", info.session_id, {"text": text},
+    _inbox, seq = await store.journal.record_incoming(info.channel, f"m{n}", info.session_id, {"text": text},
                                               {"role": "user", "content": text})
     return seq
 
@@ -139,7 +139,7 @@ async def test_restore_counts_the_turns_before_the_new_message(tmp_path, store, 
 
 
 async def test_restore_with_only_the_new_message_restores_nothing_and_starts_at_it(tmp_path, store):
-    await store.ensure_session(A)
+    await store.sessions.ensure(A)
     new = await arrive(store, A, "first ever", 1)
     sink = Sink()
     state = await manager(tmp_path, store, sink).get(A)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import store.media
 from agent.session import SessionState
-from store.conversations import ConversationStore
 from store.reminders import Reminders
+from store.sessions import Sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = ROOT / "agent" / "session.py"
@@ -38,7 +38,7 @@ LIVE_WRITERS = frozenset(name for name, _ in inspect.getmembers(SessionState, in
 #: the store's writers of a session's context (its messages, boundary and summary)
 STORE_WRITERS = frozenset({"append_user", "append_answer", "set_summary", "set_context_start",
                            "set_summarized_through", "note_in_history", "rewrite_message"})
-#: ``append`` is a list's too: a store's when called on something named ``...store``
+#: ``append`` is a list's too: a store's when called on something named ``...store`` or ``...store.sessions``
 STORE_APPEND = "append"
 
 
@@ -100,7 +100,7 @@ def store_writer_uses(source: str) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and (
                 node.attr in STORE_WRITERS
-                or node.attr == STORE_APPEND and ast.unparse(node.value).lower().endswith("store")):
+                or node.attr == STORE_APPEND and ast.unparse(node.value).lower().endswith(("store", "store.sessions"))):
             found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Name) and node.id in STORE_WRITERS:
             found.append((node.lineno, node.id))
@@ -124,7 +124,7 @@ def _sources(*, tests: bool = True):
 def test_the_writer_lists_name_real_writers() -> None:
     """The lists cannot rot: each store writer exists, and the state has live-only writers to guard."""
     for name in STORE_WRITERS | {STORE_APPEND}:
-        assert any(hasattr(owner, name) for owner in (ConversationStore, Reminders, store.media)), name
+        assert any(hasattr(owner, name) for owner in (Sessions, Reminders, store.media)), name
     assert {"_append", "_replace", "_set_summary", "_reset", "_move_boundary"} <= LIVE_WRITERS
 
 
@@ -141,9 +141,9 @@ def test_the_checker_finds_a_planted_second_writer() -> None:
     """A summariser that writes the store and mirrors it in memory, as before the owner: both halves found."""
     planted = ("from store.media import rewrite_message\n"
                "async def inject(self, job, state):\n"
-               "    await self.store.set_summary(job.session_id, 's', 1, through_seq=3)\n"
+               "    await self.store.sessions.set_summary(job.session_id, 's', 1, through_seq=3)\n"
                "    state._set_summary('s', 1, 3)\n"
-               "    (seq,) = await self.store.append(job.session_id, [m])\n"
+               "    (seq,) = await self.store.sessions.append(job.session_id, [m])\n"
                "    await store.run(rewrite_message, sid, seq, m)\n"
                "    lines.append(seq)\n")
     assert [line for line, _ in store_writer_uses(planted)] == [1, 3, 5, 6]

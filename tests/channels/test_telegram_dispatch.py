@@ -22,7 +22,7 @@ from config.settings import Config, ConfigHolder
 from core.messages import IncomingMessage
 from dispatcher.dispatcher import Dispatcher
 from store import engine as backend
-from store.conversations import ConversationStore
+from store.store import Store
 from tests.channels.test_telegram import free_port
 from tests.conftest import _libpq_url
 from tests.fakes.fake_llm import FakeLLM
@@ -46,7 +46,7 @@ class TelegramBot:
             data_dir=str(tmp_path), channel_type="telegram", telegram_bot_token=api.token,
             telegram_base_url=api.base_url, telegram_rate_limit=False, telegram_mode=mode,
             telegram_webhook_url=self.url, telegram_webhook_port=self.port))
-        self.store = ConversationStore(db_url)
+        self.store = Store(db_url)
         self.llm = FakeLLM()
         self.intake = intake
         self.send_timeout = send_timeout
@@ -244,7 +244,7 @@ async def test_a_send_that_times_out_is_retried_delivered_once_and_only_then_ans
             await asyncio.sleep(1.5)  # the client gave up; the outbox waits before the next try
             assert api.sent == []
             assert await bot.inbox() == [(f"51:{update['message']['message_id']}", "pending")]
-            assert list((await bot.store.pending_replies()).values()) == ["echo: slow network"]
+            assert list((await bot.store.journal.pending_replies()).values()) == ["echo: slow network"]
             await api.wait_for_sent(1, timeout=15)
             await bot.dispatcher.wait_idle()
         await asyncio.sleep(0.5)

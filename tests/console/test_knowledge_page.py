@@ -10,7 +10,7 @@ from pathlib import Path
 from config.settings import Config, ConfigHolder
 from console.site import web_console
 from knowledge.base import KnowledgeBase
-from store.conversations import ConversationStore
+from store.store import Store
 from tests.console.conftest import free_port
 from tests.fakes.documents import encrypt_pdf, make_pdf
 from tests.knowledge.test_knowledge import MANUAL
@@ -21,7 +21,7 @@ class Parts:
     """What the page uses: the settings, the store and the knowledge base."""
 
     config: ConfigHolder
-    store: ConversationStore
+    store: Store
     knowledge: KnowledgeBase
 
 
@@ -29,7 +29,7 @@ def _csrf(page: str) -> str:
     return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
 
 
-async def test_upload_show_and_remove(tmp_path: Path, store: ConversationStore) -> None:
+async def test_upload_show_and_remove(tmp_path: Path, store: Store) -> None:
     import aiohttp
 
     holder = ConfigHolder(Config(data_dir=str(tmp_path), web_console_port=free_port()))

@@ -9,8 +9,8 @@ from pathlib import Path
 from config.settings import Config, ConfigHolder
 from console.site import web_console
 from core.records import SessionInfo
-from store.conversations import ConversationStore
 from store.reminders import Reminders
+from store.store import Store
 from tests.console.conftest import free_port
 
 
@@ -19,15 +19,15 @@ class Parts:
     """What the reminders page uses: the settings and the store."""
 
     config: ConfigHolder
-    store: ConversationStore
+    store: Store
 
 
-async def test_the_page_lists_pending_reminders_soonest_first(tmp_path: Path, store: ConversationStore) -> None:
+async def test_the_page_lists_pending_reminders_soonest_first(tmp_path: Path, store: Store) -> None:
     import aiohttp
 
     reminders = Reminders(store)
     for sid in ("telegram:1", "telegram:2"):
-        await store.ensure_session(SessionInfo(sid, "telegram", sid[9:], sid[9:]))
+        await store.sessions.ensure(SessionInfo(sid, "telegram", sid[9:], sid[9:]))
     soon = datetime(2030, 1, 2, 8, 0, tzinfo=UTC)
     await reminders.add("telegram:2", "telegram:2", soon + timedelta(days=1), "later <b>one</b>", every="daily 09:00")
     await reminders.add("telegram:1", "telegram:1", soon, "sooner one")

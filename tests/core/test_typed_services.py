@@ -76,7 +76,7 @@ def application_sources() -> list[tuple[str, str]]:
 
 
 def test_the_checkers_find_what_they_look_for() -> None:
-    source = ("def f(cfg: Any, config: Callable[[], Any], store: ConversationStore, other: Any,\n"
+    source = ("def f(cfg: Any, config: Callable[[], Any], store: Store, other: Any,\n"
               "      services: Any | None = None): ...\n"
               "class C:\n    sessions: Any\n    store: Store\n"
               "x = getattr(llm, 'slots', None)\ny = getattr(cfg, name)\nz = getattr(a.b, 'c', 1)\n")

@@ -16,8 +16,8 @@ from config.settings import Config, ConfigHolder
 from core.records import SessionInfo
 from dispatcher.claims import session_lock
 from dispatcher.dispatcher import Dispatcher
-from store.conversations import ConversationStore
 from store.locks import AdvisoryLocks
+from store.store import Store
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 
@@ -29,7 +29,7 @@ class Process:
 
     def __init__(self, tmp_path, db_url: str, sent: list, llm: FakeLLM | None = None) -> None:
         self.config = ConfigHolder(Config(data_dir=str(tmp_path)))
-        self.store = ConversationStore(db_url)
+        self.store = Store(db_url)
         self.llm = llm or FakeLLM()
         self.locks = AdvisoryLocks(db_url)
         self.channel = RecordingChannel()
@@ -71,7 +71,7 @@ SESSION = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="10
 async def journal_elsewhere(proc: Process, message_id: str, payload: dict,
                             user_message: dict | None = None) -> int:
     """Journal a message of chat 100 as another process would have (and then died, or still holds it)."""
-    inbox_id, _ = await proc.store.record_incoming("telegram", message_id, SESSION.session_id, payload,
+    inbox_id, _ = await proc.store.journal.record_incoming("telegram", message_id, SESSION.session_id, payload,
                                                    user_message, SESSION)
     return inbox_id
 
@@ -82,7 +82,7 @@ async def settle(*procs: Process, within: float = 30.0) -> None:
         while True:
             for p in procs:
                 await p.dispatcher.wait_idle()
-            if not await procs[0].store.pending_incoming():
+            if not await procs[0].store.journal.pending():
                 return
             await asyncio.sleep(0.05)
 
@@ -111,7 +111,7 @@ async def test_the_answering_process_sees_what_the_other_one_answered(pg_url, tm
         await settle(a, b)
         last = a.llm.history[-1].user_texts()
         assert last[-3:] == ["my cat is called Tom", "and my dog is Rex", "what are my pets called?"]
-        stored = await a.store.load_messages("telegram:100")
+        stored = await a.store.sessions.load_messages("telegram:100")
         assert [m.seq for m in stored] == list(range(1, 7))  # one history, no seq taken twice
 
 
@@ -121,7 +121,7 @@ async def test_a_session_held_elsewhere_is_left_to_its_holder_then_taken_over(pg
         assert await a.locks.try_acquire(session_lock("telegram:100"))  # a "turn" in a
         await b.say("hello")
         await b.dispatcher.wait_idle()
-        assert sent == [] and len(await b.store.pending_incoming()) == 1
+        assert sent == [] and len(await b.store.journal.pending()) == 1
         await a.locks.close()  # a dies: the server frees its locks
         async with asyncio.timeout(30):
             while not sent:  # the sweep finds the message nobody holds
@@ -137,8 +137,8 @@ async def test_a_dead_process_kept_reply_is_sent_not_made_again(pg_url, tmp_path
     async with Process(tmp_path / "a", pg_url, sent) as a:
         msg = a.channel.message("hi", message_id="dead-1")
         inbox_id = await journal_elsewhere(a, "dead-1", msg.to_json(), {"role": "user", "content": "hi"})
-        await a.store.append(SESSION.session_id, [{"role": "assistant", "content": "kept answer"}])
-        await a.store.keep_reply(inbox_id, "kept answer")
+        await a.store.sessions.append(SESSION.session_id, [{"role": "assistant", "content": "kept answer"}])
+        await a.store.journal.keep_reply(inbox_id, "kept answer")
         assert await a.dispatcher.claims.sweep() == 1
         await settle(a)
         assert [t for _, t in sent] == ["kept answer"]
@@ -161,7 +161,7 @@ async def test_an_admin_granted_by_another_process_is_an_admin_here(pg_url, tmp_
     async with Process(tmp_path / "a", pg_url, sent) as a, Process(tmp_path / "b", pg_url, sent) as b:
         msg = b.channel.message("/config", user_id="7", chat_id="7")
         assert not await b.dispatcher.admins.is_admin_now(msg)
-        await a.store.grant_admin("telegram:7")  # /auth answered by process a
+        await a.store.admins.grant("telegram:7")  # /auth answered by process a
         assert await b.dispatcher.admins.is_admin_now(msg)
 
 
@@ -187,4 +187,4 @@ async def test_a_channel_only_its_own_process_can_reply_through_is_not_claimed(p
         await a.say("mine", chat_id="200")
         await a.dispatcher.wait_idle()
         assert [t for _, t in sent] == ["echo: mine"] and a.dispatcher.claims.local == {}
-        assert [r.session_id for r in await a.store.pending_incoming()] == ["telegram:100"]
+        assert [r.session_id for r in await a.store.journal.pending()] == ["telegram:100"]

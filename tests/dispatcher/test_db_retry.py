@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from core.messages import IncomingMessage
+from core.records import SessionInfo
 from core.retry import DATABASE
 from dispatcher.db_retry import DB_RETRIES, DB_RETRY_DELAY, journalled
 from dispatcher.intake import WorkItem
-from store.conversations import SessionInfo
 
 MSG = IncomingMessage(channel="telegram", chat_id="5", user_id="5", text="hi")
 INFO = SessionInfo(session_id="telegram:5", channel="telegram", chat_id="5", user_id="5")

@@ -36,7 +36,7 @@ async def test_a_hung_model_ends_in_a_clear_message_within_the_turn_deadline(tmp
         assert time.monotonic() - started >= 2.0  # not before the deadline
         assert bot.channel.typing_calls >= 1
         await bot.dispatcher.wait_idle()
-        assert await bot.store.pending_incoming() == []
+        assert await bot.store.journal.pending() == []
         server.latency = 0
         await bot.say("and now?")
         assert (await bot.channel.wait_for(3))[2] == "echo: and now?"

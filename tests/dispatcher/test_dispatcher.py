@@ -13,10 +13,11 @@ from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
 from core.errors import TransientLLMError
+from core.records import SessionInfo
 from dispatcher.commands import Command, CommandRegistry
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.replies import ADMIN_ONLY_REPLY, TEXT_ONLY_REPLY, TRANSIENT_REPLY
-from store.conversations import ConversationStore, SessionInfo
+from store.store import Store
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
 
@@ -26,7 +27,7 @@ class Bot:
 
     def __init__(self, tmp_path, llm: FakeLLM | None = None, **settings) -> None:
         self.config = ConfigHolder(Config(data_dir=str(tmp_path), **settings))
-        self.store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
+        self.store = Store(f"sqlite:///{tmp_path / 'chatbot.db'}")
         self.llm = llm or FakeLLM()
         self.channel = RecordingChannel()
 
@@ -54,10 +55,10 @@ async def test_private_message_is_answered_and_stored(tmp_path):
         await bot.say("hello")
         assert await bot.channel.wait_for(1) == ["echo: hello"]
         await bot.dispatcher.wait_idle()
-        stored = await bot.store.load_messages("telegram:100")
+        stored = await bot.store.sessions.load_messages("telegram:100")
         assert [m.message for m in stored] == [{"role": "user", "content": "hello"},
                                                {"role": "assistant", "content": "echo: hello"}]
-        assert await bot.store.pending_incoming() == []
+        assert await bot.store.journal.pending() == []
 
 
 async def test_duplicate_message_id_is_answered_once(tmp_path):
@@ -110,9 +111,9 @@ async def test_submit_queues_each_session_in_arrival_order_without_waiting(tmp_p
         b = [t for m, t in bot.channel.sent if m.chat_id == "2"]
         assert a == [f"echo: a{i}" for i in range(5)]
         assert b == [f"echo: b{i}" for i in range(5)]
-        stored = await bot.store.load_messages("telegram:1")
+        stored = await bot.store.sessions.load_messages("telegram:1")
         assert [m.message["content"] for m in stored if m.message["role"] == "user"] == [f"a{i}" for i in range(5)]
-        assert await bot.store.pending_incoming() == []
+        assert await bot.store.journal.pending() == []
 
 
 async def test_concurrency_is_bounded(tmp_path):
@@ -149,8 +150,8 @@ async def test_group_rules(tmp_path):
         assert bot.channel.texts() == [
             "echo: [Said in this group since your last answer here, not addressed to you]\n"
             "[09:05 Alice] just chatting\n\n---\n\n[Bob] hi"]
-        assert await bot.store.get_session("telegram:group:-1:5") is not None
-        stored = await bot.store.load_messages("telegram:group:-1:5")
+        assert await bot.store.sessions.get("telegram:group:-1:5") is not None
+        stored = await bot.store.sessions.load_messages("telegram:group:-1:5")
         assert stored[0].message == {"role": "user", "content": "[Bob] hi"}
 
 
@@ -195,7 +196,7 @@ async def test_model_outage_gets_a_clear_reply_and_keeps_the_message(tmp_path):
         await bot.say("are you there?")
         await bot.dispatcher.wait_idle()
         assert bot.channel.texts() == [TRANSIENT_REPLY]
-        stored = await bot.store.load_messages("telegram:100")
+        stored = await bot.store.sessions.load_messages("telegram:100")
         assert [m.message["content"] for m in stored] == ["are you there?"]
         await bot.say("again")
         await bot.dispatcher.wait_idle()
@@ -223,7 +224,7 @@ async def test_crash_resume_answers_exactly_once(tmp_path):
         await bot.dispatcher.wait_idle()
         # the answer comes after a restart: it quotes the question it answers (issue 40)
         assert bot.channel.texts() == ["> remember this\n\necho: remember this"]
-        stored = await bot.store.load_messages("telegram:100")
+        stored = await bot.store.sessions.load_messages("telegram:100")
         assert [m.message["role"] for m in stored] == ["user", "assistant"]
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 0
@@ -237,7 +238,7 @@ async def test_an_answer_is_marked_before_the_next_turn_reaches_the_model(tmp_pa
 
     async def watch(*args, **kw):
         await both_queued.wait()
-        pending_at_call.append([p.payload["text"] for p in await bot.store.pending_incoming()])
+        pending_at_call.append([p.payload["text"] for p in await bot.store.journal.pending()])
         return await original(*args, **kw)
 
     llm.complete = watch
@@ -258,7 +259,7 @@ async def test_the_reply_is_kept_before_it_is_sent(tmp_path, hooked):
         record = bot.channel.send
 
         async def send(to, text):
-            kept_at_send.append(await bot.store.pending_replies())
+            kept_at_send.append(await bot.store.journal.pending_replies())
             await record(to, text)
 
         async def shout(msg, reply):
@@ -272,22 +273,23 @@ async def test_the_reply_is_kept_before_it_is_sent(tmp_path, hooked):
         reply = "ECHO: HELLO" if hooked else "echo: hello"
         assert bot.channel.texts() == [reply]
         assert [list(kept.values()) for kept in kept_at_send] == [[reply]]
-        assert await bot.store.pending_replies() == {}  # marked done once sent
+        assert await bot.store.journal.pending_replies() == {}  # marked done once sent
 
 
 async def test_resume_finds_the_answer_of_its_own_turn_when_later_turns_exist(tmp_path):
     async with Bot(tmp_path) as bot:
         msg1, msg2 = bot.channel.message("first"), bot.channel.message("second")
         info = SessionInfo(session_id="telegram:100", channel="telegram", chat_id="100", user_id="100")
-        await bot.store.ensure_session(info)
-        first, _ = await bot.store.record_incoming("telegram", msg1.message_id, info.session_id, msg1.to_json(),
+        await bot.store.sessions.ensure(info)
+        first, _ = await bot.store.journal.record_incoming("telegram", msg1.message_id, info.session_id, msg1.to_json(),
                                                    {"role": "user", "content": "first"})
-        await bot.store.append(info.session_id, [{"role": "assistant", "content": "answer one"}])
-        second, _ = await bot.store.record_incoming("telegram", msg2.message_id, info.session_id, msg2.to_json(),
+        await bot.store.sessions.append(info.session_id, [{"role": "assistant", "content": "answer one"}])
+        second, _ = await bot.store.journal.record_incoming("telegram", msg2.message_id, info.session_id,
+                                                            msg2.to_json(),
                                                     {"role": "user", "content": "second"})
-        await bot.store.append(info.session_id, [{"role": "assistant", "content": "answer two"}])
-        await bot.store.mark_done(second)  # "first" was sent, then the process died before marking it
-        assert [p.id for p in await bot.store.pending_incoming()] == [first]
+        await bot.store.sessions.append(info.session_id, [{"role": "assistant", "content": "answer two"}])
+        await bot.store.journal.mark_done(second)  # "first" was sent, then the process died before marking it
+        assert [p.id for p in await bot.store.journal.pending()] == [first]
     async with Bot(tmp_path) as bot:
         assert await bot.dispatcher.resume_pending() == 1
         await bot.dispatcher.wait_idle()

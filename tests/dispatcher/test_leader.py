@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import text
 
 from dispatcher.leader import Leadership
 from store.locks import AdvisoryLocks, LocalLocks
@@ -86,8 +87,8 @@ async def test_a_leader_that_loses_its_connection_steps_down(pg_url):
     try:
         await lead.start()
         assert lead.leading
-        pid = (await locks._connection()).info.backend_pid
-        await (await other._connection()).execute("SELECT pg_terminate_backend(%s)", (pid,))
+        pid = await locks.backend_pid()
+        await (await other._connection()).execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         await until(lambda: "deposed" in log)
         await until(lambda: lead.leading)  # and it is elected again once it reconnects (nobody else leads)
     finally:

@@ -17,7 +17,8 @@ from channels.telegram.channel import TelegramChannel
 from core.messages import IncomingMessage
 from core.retry import DELIVERY, FLOOD_LIMIT
 from dispatcher.outbox import Outbox
-from store.conversations import ConversationStore
+from store.journal import Journal
+from store.store import Store
 from tests.channels.test_telegram import make_config
 from tests.fakes.telegram_api import FakeTelegramAPI
 
@@ -32,7 +33,7 @@ def api():
 
 @pytest.fixture
 async def outbox(api, tmp_path: Path):
-    store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
+    store = Store(f"sqlite:///{tmp_path / 'chatbot.db'}")
     await store.open()
     channel = TelegramChannel(make_config(api, telegram_rate_limit=True))
     await channel.start(intake=False)
@@ -91,12 +92,12 @@ async def test_a_stop_cancels_the_retries_and_nothing_is_marked_sent(api, outbox
     assert send_calls(api) == calls and api.sent == []  # no try after the cancellation
 
 
-class AwayStore(ConversationStore):
-    """A real store whose database is away for the first ``away`` marks of a message as answered (a PostgreSQL
+class AwayJournal(Journal):
+    """A real journal whose database is away for the first ``away`` marks of a message as answered (a PostgreSQL
     restart between the send and the mark)."""
 
-    def __init__(self, url: str, away: int) -> None:
-        super().__init__(url)
+    def __init__(self, store: Store, away: int) -> None:
+        super().__init__(store)
         self.away = away
 
     async def mark_done(self, inbox_ids: int | list[int]) -> None:
@@ -106,11 +107,19 @@ class AwayStore(ConversationStore):
         await super().mark_done(inbox_ids)
 
 
+class AwayStore(Store):
+    """A real store with an :class:`AwayJournal`."""
+
+    def __init__(self, url: str, away: int) -> None:
+        super().__init__(url)
+        self.journal = AwayJournal(self, away)
+
+
 async def test_an_answered_message_is_marked_once_the_database_is_back_not_answered_again(tmp_path, caplog):
     store = AwayStore(f"sqlite:///{tmp_path / 'chatbot.db'}", away=2)
     await store.open()
     try:
-        recorded = await store.record_incoming("telegram", "m-1", "telegram:42", TO.to_json(), None, None)
+        recorded = await store.journal.record_incoming("telegram", "m-1", "telegram:42", TO.to_json(), None, None)
         assert recorded is not None
         inbox_id = recorded[0]
         sent: list[str] = []
@@ -121,7 +130,7 @@ async def test_an_answered_message_is_marked_once_the_database_is_back_not_answe
         with caplog.at_level(logging.WARNING, logger="dispatcher.outbox"):
             await Outbox(store, {}, send).deliver(inbox_id, TO, "hello")
         assert sent == ["hello"]
-        assert store.away == 0 and await store.pending_incoming() == []  # marked: a restart sends nothing again
+        assert store.journal.away == 0 and await store.journal.pending() == []  # marked: a restart sends nothing again
         assert "message 1 was answered; marking it so waits for the database (OperationalError)" in caplog.text
         assert "could not mark" not in caplog.text
     finally:

@@ -45,7 +45,7 @@ async def test_a_new_rule_is_one_step_and_answers_before_the_agent(tmp_path) -> 
         await bot.dispatcher.wait_idle()
         assert seen == ["text", "text"]
         assert bot.llm.calls == 1  # the refused message never reached the model
-        assert await bot.store.pending_incoming() == []
+        assert await bot.store.journal.pending() == []
 
 
 async def test_the_steps_keep_the_text_only_note_and_the_typing(tmp_path) -> None:

@@ -133,22 +133,22 @@ def seed_backlog(db_path, session_id: str, exchanges: int) -> int:
     import asyncio
 
     from core.records import SessionInfo
-    from store.conversations import ConversationStore
+    from store.store import Store
 
     async def fill() -> int:
-        store = ConversationStore(f"sqlite:///{db_path}")
+        store = Store(f"sqlite:///{db_path}")
         await store.open()
         try:
-            await store.ensure_session(SessionInfo(session_id, "telegram", session_id.split(":")[1], "9", True))
+            await store.sessions.ensure(SessionInfo(session_id, "telegram", session_id.split(":")[1], "9", True))
             for start in range(0, exchanges, 250):
-                await store.append(session_id, [
+                await store.sessions.append(session_id, [
                     m for i in range(start, min(start + 250, exchanges))
                     for m in ({"role": "user", "content": f"Bob: day {i} of the harbour repairs, the crane moved "
                                                           f"{i % 17} containers of timber and steel"},
                               {"role": "assistant", "content": f"Noted the crane's work on day {i}."})])
             # summarised long ago: no restore summary is started for it at start (agent/restore_ahead.py), which
             # would take the fake model's queued answers
-            await store.set_summarized_through(session_id, 2 * exchanges)
+            await store.sessions.set_summarized_through(session_id, 2 * exchanges)
         finally:
             await store.close()
         return 2 * exchanges

@@ -239,13 +239,13 @@ async def seed_expired_session(db_url: str) -> None:
     from sqlalchemy import text
 
     from core.records import SessionInfo
-    from store.conversations import ConversationStore
+    from store.store import Store
 
-    store = ConversationStore(db_url)
+    store = Store(db_url)
     await store.open()
     try:
-        await store.ensure_session(SessionInfo(EXPIRED_SESSION, "telegram", "555", "555"))
-        await store.append(EXPIRED_SESSION, [{"role": "user", "content": "old"}])
+        await store.sessions.ensure(SessionInfo(EXPIRED_SESSION, "telegram", "555", "555"))
+        await store.sessions.append(EXPIRED_SESSION, [{"role": "user", "content": "old"}])
         old = datetime.now(UTC) - timedelta(days=90)
         await store.run(lambda conn: conn.execute(text("UPDATE sessions SET last_active = :t WHERE session_id = :s"),
                                                   {"t": old, "s": EXPIRED_SESSION}))
@@ -254,12 +254,12 @@ async def seed_expired_session(db_url: str) -> None:
 
 
 async def session_exists(db_url: str, session_id: str) -> bool:
-    from store.conversations import ConversationStore
+    from store.store import Store
 
-    store = ConversationStore(db_url)
+    store = Store(db_url)
     await store.open()
     try:
-        return await store.get_session(session_id) is not None
+        return await store.sessions.get(session_id) is not None
     finally:
         await store.close()
 
@@ -307,9 +307,9 @@ async def reminder_claims(db_url: str) -> tuple[int, int, int]:
     """(reminders sent, their journal rows, journal rows still pending)."""
     from sqlalchemy import text
 
-    from store.conversations import ConversationStore
+    from store.store import Store
 
-    store = ConversationStore(db_url)
+    store = Store(db_url)
     await store.open()
     try:
         def count(conn):
@@ -331,17 +331,17 @@ async def seed_reminders(db_url: str, first: datetime) -> None:
     """One reminder per chat, ``r<i>``, due at ``first`` + (i % 20) * 2 s."""
     from core.messages import IncomingMessage
     from core.records import SessionInfo
-    from store.conversations import ConversationStore
     from store.reminders import Reminders
+    from store.store import Store
 
-    store = ConversationStore(db_url)
+    store = Store(db_url)
     await store.open()
     try:
         reminders = Reminders(store)
         for i in range(REMINDER_CHATS):
             chat = str(reminder_chat(i))
             sid = f"telegram:{chat}"
-            await store.ensure_session(SessionInfo(sid, "telegram", chat, chat))
+            await store.sessions.ensure(SessionInfo(sid, "telegram", chat, chat))
             target = IncomingMessage(channel="telegram", chat_id=chat, user_id=chat, text="").to_json()
             await reminders.add(sid, sid, first + timedelta(seconds=(i % 20) * 2), f"r{i}", target=target)
     finally:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from store.conversations import ConversationStore
 from store.models import UsageFlightRow, UsageRow
+from store.store import Store
 from tests.fakes.cluster import Cluster, chat_id, fresh_schema
 from tests.fakes.openai_server import FakeOpenAIServer, message_text
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -39,7 +39,7 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
 
 async def spent(db_url: str) -> tuple[int, int, int]:
     """(tokens, calls, flights left) in the database."""
-    store = ConversationStore(db_url, create_tables=False)
+    store = Store(db_url, create_tables=False)
     await store.open()
     try:
         def read(conn):

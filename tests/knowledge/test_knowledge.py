@@ -15,7 +15,7 @@ from knowledge.folder import FOLDER, KnowledgeFolder
 from knowledge.parse import Unreadable, parse
 from knowledge.scopes import chat_scopes, own_scope
 from memory.embeddings import LocalEmbedder
-from store.conversations import ConversationStore
+from store.store import Store
 from tests.fakes.documents import encrypt_pdf, make_docx, make_pdf
 from tests.memory.test_index import HashEmbedder
 
@@ -89,7 +89,7 @@ def test_scopes() -> None:
 
 
 # --- the base on the real database ----------------------------------------------------------------------
-async def test_add_search_replace_remove(store: ConversationStore, tmp_path: Path) -> None:
+async def test_add_search_replace_remove(store: Store, tmp_path: Path) -> None:
     embedder = LocalEmbedder()
     kb = KnowledgeBase(store, lambda: _config(tmp_path), lambda: embedder)
     group = own_scope("telegram", "-100", True)
@@ -118,7 +118,7 @@ async def test_add_search_replace_remove(store: ConversationStore, tmp_path: Pat
     assert await kb.documents(scopes) == []
 
 
-async def test_refusals_change_nothing(store: ConversationStore, tmp_path: Path) -> None:
+async def test_refusals_change_nothing(store: Store, tmp_path: Path) -> None:
     kb = KnowledgeBase(store, lambda: _config(tmp_path, knowledge_max_mb=1, knowledge_max_pages=3), lambda: None)
     await kb.add("global", "zephyr.pdf", make_pdf(MANUAL[:3]), "console")
     for data, name, reason in [(b"x" * (1024 * 1024 + 1), "big.txt", "1.0 MB; .* at most 1 MB"),
@@ -133,7 +133,7 @@ async def test_refusals_change_nothing(store: ConversationStore, tmp_path: Path)
     assert hits and hits[0].page == 3  # keywords only (no embedder)
 
 
-async def test_grants_let_a_chat_see_a_named_scope(store: ConversationStore, tmp_path: Path) -> None:
+async def test_grants_let_a_chat_see_a_named_scope(store: Store, tmp_path: Path) -> None:
     kb = KnowledgeBase(store, lambda: _config(tmp_path), lambda: HashEmbedder())
     await kb.add("handbook", "rules.md", b"# Holidays\nEveryone gets 25 days of holiday.", "console")
     before = await kb.scopes_for("telegram", "-100", True)
@@ -146,7 +146,7 @@ async def test_grants_let_a_chat_see_a_named_scope(store: ConversationStore, tmp
     assert await kb.search(await kb.scopes_for("telegram", "-100", True), "holiday days") == []
 
 
-async def test_folder_scan_and_watch(store: ConversationStore, tmp_path: Path) -> None:
+async def test_folder_scan_and_watch(store: Store, tmp_path: Path) -> None:
     kb = KnowledgeBase(store, lambda: _config(tmp_path, knowledge_max_mb=1), lambda: None)
     root = tmp_path / "knowledge"
     (root / "global").mkdir(parents=True)

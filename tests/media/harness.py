@@ -19,7 +19,7 @@ from agent.tools.base import ToolRegistry
 from channels.telegram.channel import TelegramChannel
 from config.settings import Config, ConfigHolder
 from dispatcher.dispatcher import Dispatcher
-from store.conversations import ConversationStore
+from store.store import Store
 from store.usage import UsageStore
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.telegram_api import FakeTelegramAPI
@@ -62,7 +62,7 @@ class MediaBot:
             telegram_base_url=api.base_url, telegram_rate_limit=False, telegram_mode="polling",
             open_ai_api_base=srv.base_url, open_ai_api_key="k", model=settings.pop("model", "gpt-4o-mini"),
             **settings))
-        self.store = ConversationStore(db_url)
+        self.store = Store(db_url)
 
     async def __aenter__(self) -> MediaBot:
         await self.store.open()
@@ -95,7 +95,7 @@ class MediaBot:
 
     async def stored(self, session_id: str) -> list[dict[str, Any]]:
         """The session's stored messages, as the database holds them."""
-        return [m.message for m in await self.store.load_messages(session_id)]
+        return [m.message for m in await self.store.sessions.load_messages(session_id)]
 
     async def raw_contents(self) -> list[str]:
         """Every stored message's content column as text (what a reader of the database sees)."""

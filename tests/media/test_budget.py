@@ -12,8 +12,9 @@ from agent.session import LoggingDropSink, SessionManager
 from agent.tokens import MESSAGE_OVERHEAD, TokenCounter
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
+from core.records import SessionInfo
 from media.files import save_image
-from store.conversations import ConversationStore, SessionInfo
+from store.store import Store
 from tests.fakes.openai_server import FakeOpenAIServer, message_text
 from tests.media.harness import image_parts, jpeg
 
@@ -44,7 +45,7 @@ async def test_thirty_photos_stay_within_the_budget_and_a_restart_restores_words
     caption = "Here is another picture from my holiday by the sea; " * 6  # about 70 tokens
     with FakeOpenAIServer(model="gpt-4o") as srv:
         srv.responder = describer
-        store = ConversationStore(db_url)
+        store = Store(db_url)
         await store.open()
         holder = ConfigHolder(Config(data_dir=str(tmp_path), model="gpt-4o", agent_max_context_tokens=2_000,
                                      agent_max_context_turns=40, character_desc="You are helpful."))
@@ -77,7 +78,7 @@ async def test_thirty_photos_stay_within_the_budget_and_a_restart_restores_words
                 assert request_tokens(counter, body) <= limit
             assert state.context_start_seq > 30  # turns were trimmed to fit (each turn stores 2 messages)
             # The stored history: words only.
-            stored = [m.message for m in await store.load_messages(INFO.session_id)]
+            stored = [m.message for m in await store.sessions.load_messages(INFO.session_id)]
             users = [m for m in stored if m["role"] == "user"]
             assert len(users) == 30 and all(m["content"].startswith("[image: a photo of a plain") for m in users)
             assert all(isinstance(m["content"], str) and "base64" not in m["content"] for m in stored)

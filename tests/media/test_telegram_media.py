@@ -196,7 +196,7 @@ async def test_the_described_photo_is_found_by_history_search(api, srv, db_url, 
     async with MediaBot(api, srv, db_url, tmp_path) as bot:
         api.push_photo(51, jpeg(), user_id=51, caption="from my trip")
         await bot.answered(51, 1)
-        hits = await bot.store.search_history("telegram:51", "lighthouse", 10)
+        hits = await bot.store.sessions.search_history("telegram:51", "lighthouse", 10)
         assert [h.seq for h in hits] == [1]
 
 

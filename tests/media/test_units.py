@@ -16,6 +16,7 @@ from agent.tokens import TokenCounter
 from config.settings import Config, ConfigHolder
 from core.errors import ImagesUnsupportedError, TransientLLMError
 from core.messages import IncomingMessage
+from core.records import SessionInfo
 from dispatcher.intake import evaluate
 from media.files import (
     MAX_PIXELS,
@@ -28,7 +29,6 @@ from media.files import (
     session_media_files,
     sweep_media,
 )
-from store.conversations import SessionInfo
 from store.retention import CleanupJob
 from tests.fakes.openai_server import IMAGE_REFUSALS
 from tests.media.harness import jpeg
@@ -142,7 +142,7 @@ def test_a_pending_image_counts_at_its_rate_and_words_after():
 async def test_cleanup_deletes_the_image_folders_of_deleted_sessions(store, tmp_path):
     holder = ConfigHolder(Config(data_dir=str(tmp_path), conversation_max_age_days=30))
     for sid in ("telegram:1", "telegram:2"):
-        await store.ensure_session(SessionInfo(session_id=sid, channel="telegram", chat_id=sid[-1]))
+        await store.sessions.ensure(SessionInfo(session_id=sid, channel="telegram", chat_id=sid[-1]))
         save_image(tmp_path, sid, jpeg(200, 100), "photo")
     job = CleanupJob(store, holder, sweep_media=lambda: sweep_media(store, tmp_path))
     stats = await job.run_once(datetime.now(UTC))

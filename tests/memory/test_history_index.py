@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.records import SessionInfo
 from memory import history_index as hi
 from memory.embeddings import BaseEmbedder, normalise, quantise
-from memory.forget import delete_session_history
 from memory.history_index import HistoryIndex, SessionVectors, embed_texts
 from store import message_vectors as mv
-from store.conversations import ConversationStore, SessionInfo
+from store.sessions import delete_session_history
+from store.store import Store
 
 A, B = "telegram:1", "telegram:2"
 #: words that mean the same to the fake model: one direction each
@@ -62,20 +63,21 @@ def assistant(t: str) -> dict[str, Any]:
     return {"role": "assistant", "content": t}
 
 
-async def seed(store: ConversationStore) -> None:
+async def seed(store: Store) -> None:
     for sid in (A, B):
-        await store.ensure_session(SessionInfo(sid, "telegram", sid.split(":")[1]))
-    await store.append(A, [user("I work as a nurse at the city hospital"), assistant("That sounds demanding.")])
-    await store.append(A, [
+        await store.sessions.ensure(SessionInfo(sid, "telegram", sid.split(":")[1]))
+    await store.sessions.append(A, [user("I work as a nurse at the city hospital"),
+                                    assistant("That sounds demanding.")])
+    await store.sessions.append(A, [
         {"role": "assistant", "content": None,
          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "web_fetch", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "a page about cats and dogs " * 50},
         assistant("The page is about pets.")])
-    await store.append(B, [user("My cat is called Tom"), assistant("ok")])
-    await store.append(A, [user("Next month I fly to Lisbon"), assistant("Have a good flight!")])
+    await store.sessions.append(B, [user("My cat is called Tom"), assistant("ok")])
+    await store.sessions.append(A, [user("Next month I fly to Lisbon"), assistant("Have a good flight!")])
 
 
-async def vector_rows(store: ConversationStore, session_id: str) -> list[tuple[int, float, int]]:
+async def vector_rows(store: Store, session_id: str) -> list[tuple[int, float, int]]:
     """(seq, scale, vector bytes) of the session's rows."""
     from sqlalchemy import text
 
@@ -105,11 +107,11 @@ async def test_an_answer_stored_after_its_question_was_embedded_gets_its_own_vec
     await seed(store)
     index = HistoryIndex(store, TopicEmbedder())
     await index.catch_up()
-    await store.append(A, [user("ok thanks!"), user("Where do I work again?")])  # no answer yet
+    await store.sessions.append(A, [user("ok thanks!"), user("Where do I work again?")])  # no answer yet
     model = index.embedder = TopicEmbedder()
     assert await index.catch_up() == 2
     assert model.texts == ["Where do I work again?"]  # "ok thanks!" has no content word: not embedded
-    await store.append(A, [assistant("At the city hospital, as a nurse.")])
+    await store.sessions.append(A, [assistant("At the city hospital, as a nurse.")])
     assert await index.catch_up() == 1
     assert model.texts[1:] == ["Where do I work again?\nAt the city hospital, as a nurse."]
 
@@ -117,7 +119,7 @@ async def test_an_answer_stored_after_its_question_was_embedded_gets_its_own_vec
 async def test_a_new_indexer_catches_up_on_what_was_stored_while_it_was_down(store) -> None:
     await seed(store)
     assert await HistoryIndex(store, TopicEmbedder()).catch_up() == 8
-    await store.append(A, [user("My dog is Rex"), assistant("Hi Rex!")])
+    await store.sessions.append(A, [user("My dog is Rex"), assistant("Hi Rex!")])
     later = TopicEmbedder()  # a restart: a new process, nothing queued in memory
     assert await HistoryIndex(store, later).catch_up() == 2
     assert later.texts == ["My dog is Rex\nHi Rex!"]
@@ -127,7 +129,7 @@ async def test_meaning_finds_what_words_miss_and_words_still_count(store) -> Non
     await seed(store)
     index = HistoryIndex(store, TopicEmbedder())
     await index.catch_up()
-    assert await store.search_history(A, "what is my job?", 10) == []  # no word in common
+    assert await store.sessions.search_history(A, "what is my job?", 10) == []  # no word in common
     hits = await index.search(A, "what is my job?", 5)
     assert hits[0].seq == 1 and hits[0].passage == "I work as a nurse at the city hospital"
     assert hits[0].after is not None and hits[0].after.text == "That sounds demanding."
@@ -142,7 +144,7 @@ async def test_meaning_finds_what_words_miss_and_words_still_count(store) -> Non
 async def test_the_turn_being_answered_is_never_found(store) -> None:
     await seed(store)
     index = HistoryIndex(store, TopicEmbedder())
-    assert await store.append(A, [user("what is my job?")]) == [8]  # the question being answered
+    assert await store.sessions.append(A, [user("what is my job?")]) == [8]  # the question being answered
     await index.catch_up()
     hits = await index.search(A, "what is my job?", 10, before_seq=8)
     assert hits and all(h.seq < 8 for h in hits)
@@ -156,7 +158,7 @@ async def test_off_or_failing_model_leaves_the_full_text_search(store) -> None:
     off = HistoryIndex(store, None)
     assert await off.catch_up() == 0 and await store.run(mv.count) == 0
     assert await off.search(A, "what is my job?", 5) == []
-    words = await store.search_history(A, "Lisbon", 5)
+    words = await store.sessions.search_history(A, "Lisbon", 5)
     assert [h.seq for h in await off.search(A, "Lisbon", 5)] == [h.seq for h in words] == [6]
     down = TopicEmbedder()
     index = HistoryIndex(store, down)
@@ -178,8 +180,8 @@ async def test_vectors_go_with_their_session_and_the_cache_follows(store) -> Non
     assert rows["message_vectors"] == 6
     assert await store.run(mv.count, A) == 0 and await store.run(mv.count, B) == 2
     # the same session again, new words at the old seqs: the cached matrix is not used for them
-    await store.ensure_session(SessionInfo(A, "telegram", "1"))
-    await store.append(A, [user("I love my cat"), assistant("Cats are great.")])
+    await store.sessions.ensure(SessionInfo(A, "telegram", "1"))
+    await store.sessions.append(A, [user("I love my cat"), assistant("Cats are great.")])
     await index.catch_up()
     hits = await index.search(A, "what is my job?", 5)
     assert [h.passage for h in hits] and all("nurse" not in h.passage for h in hits)
@@ -192,7 +194,7 @@ async def test_cleanup_deletes_the_vectors_of_expired_sessions(store) -> None:
     await seed(store)
     await HistoryIndex(store, TopicEmbedder()).catch_up()
     later = datetime.now(UTC) + timedelta(days=400)
-    sessions, messages = await store.delete_expired_sessions(later)
+    sessions, messages = await store.sessions.delete_expired(later)
     assert sessions == 2 and messages == 9
     assert await store.run(mv.count) == 0
 
@@ -222,7 +224,7 @@ async def test_the_indexer_runs_in_the_background_and_a_reply_wakes_it(store, mo
             break
         await asyncio.sleep(0.01)
     assert await store.run(mv.count) == 8
-    await store.append(A, [user("My dog is Rex")])
+    await store.sessions.append(A, [user("My dog is Rex")])
     index.wake()  # what after_reply does
     for _ in range(500):
         if await store.run(mv.count) == 9:
@@ -291,7 +293,7 @@ async def test_the_indexer_ends_quietly_when_the_store_is_closed_under_it(db_url
     import asyncio
     import logging
 
-    store = ConversationStore(db_url)
+    store = Store(db_url)
     await store.open()
     await seed(store)
     index = HistoryIndex(store, TopicEmbedder())

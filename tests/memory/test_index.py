@@ -113,9 +113,9 @@ async def test_cleanup_of_expired_sessions_deletes_their_index(store, tmp_path: 
 
     index = MemoryIndex(store, None, DailyMemory(tmp_path, UTC))
     for sid in (A, B):
-        await store.ensure_session(SessionInfo(session_id=sid, channel="telegram", chat_id=sid[-1]))
+        await store.sessions.ensure(SessionInfo(session_id=sid, channel="telegram", chat_id=sid[-1]))
         await index.add(sid, "note", f"- fact of {sid}", "MEMORY.md")
     await store.run(lambda conn: conn.exec_driver_sql(
         "UPDATE sessions SET last_active = '2000-01-01 00:00:00' WHERE session_id = 'telegram:1'"))
-    assert await store.delete_expired_sessions(datetime.now(UTC) - timedelta(days=30)) == (1, 0)
+    assert await store.sessions.delete_expired(datetime.now(UTC) - timedelta(days=30)) == (1, 0)
     assert await index.stamp(A) == (0, 0) and (await index.stamp(B))[0] == 1

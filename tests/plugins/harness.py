@@ -18,8 +18,8 @@ from dispatcher.dispatcher import Dispatcher
 from memory.daily import DailyMemory, MemoryWritten
 from memory.person import PEOPLE_DIR, PersonNotes
 from plugins.manager import PluginManager, install
-from store.conversations import ConversationStore
 from store.locks import LocalLocks
+from store.store import Store
 from store.usage import UsageStore
 from tests.fakes.channel import RecordingChannel
 from tests.fakes.fake_llm import FakeLLM
@@ -32,7 +32,7 @@ class FakeSummarizer(LoggingDropSink):
 
     def __init__(self, text: str | None = "- Alice chose the blue plan.") -> None:
         self.text = text
-        self.store: ConversationStore | None = None
+        self.store: Store | None = None
         self.submitted: list[tuple[str, str, int, int]] = []
         self.now: list[tuple[str, str, int, int]] = []
         #: the last summary check per session, as the real summariser keeps it for /context
@@ -48,9 +48,9 @@ class FakeSummarizer(LoggingDropSink):
         if self.text is None:
             return None
         assert self.store is not None
-        stored = await self.store.load_messages(session_id, from_seq, through_seq)
+        stored = await self.store.sessions.load_messages(session_id, from_seq, through_seq)
         turns = sum(1 for m in stored if m.message.get("role") == "user")
-        await self.store.set_summary(session_id, self.text, turns, through_seq)
+        await self.store.sessions.set_summary(session_id, self.text, turns, through_seq)
         return self.text
 
 
@@ -73,7 +73,7 @@ class PluginBot:
     async def __aenter__(self) -> PluginBot:
         cfg = load_config(self.path, environ={})
         self.holder = ConfigHolder(cfg, self.path)
-        self.store = ConversationStore(cfg.database_url())
+        self.store = Store(cfg.database_url())
         await self.store.open()
         sink = self.summarizer if self.summarizer is not None else LoggingDropSink()
         if self.summarizer is not None:

@@ -6,6 +6,7 @@ import asyncio
 
 import psycopg
 import pytest
+from sqlalchemy import text
 
 from store.locks import AdvisoryLocks, LocalLocks, lock_key, locks_for
 from tests.conftest import TEST_DATABASE_URL
@@ -95,10 +96,8 @@ async def test_a_broken_connection_loses_every_lock_and_says_so(pg_url):
     try:
         assert await a.try_acquire("leader") and await a.try_acquire("session:s1")
         assert await a.ping()
-        conn = await a._connection()
-        pid = conn.info.backend_pid
-        await b.ping()
-        await (await b._connection()).execute("SELECT pg_terminate_backend(%s)", (pid,))
+        pid = await a.backend_pid()
+        await (await b._connection()).execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         assert not await a.ping()
         assert lost == [{"leader", "session:s1"}]
         assert not a.held("leader")

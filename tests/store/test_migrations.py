@@ -18,7 +18,6 @@ from alembic.util.exc import CommandError
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
-from store.conversations import ConversationStore
 from store.history_search import is_search_table
 from store.migrations import (
     BASELINE,
@@ -34,6 +33,7 @@ from store.migrations import (
 )
 from store.migrations.env_filters import include_name
 from store.models import Base
+from store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The tables of revision 0001, which ``create_all()`` made before migrations existed.
@@ -64,9 +64,9 @@ def insert_grant(conn: Connection) -> None:
     conn.execute(text("INSERT INTO admin_grants (user_key, granted_at) VALUES ('telegram:1', CURRENT_TIMESTAMP)"))
 
 
-async def open_store(db_url: str, *, create_tables: bool = True) -> ConversationStore:
+async def open_store(db_url: str, *, create_tables: bool = True) -> Store:
     """An opened store."""
-    store = ConversationStore(db_url, create_tables=create_tables)
+    store = Store(db_url, create_tables=create_tables)
     await store.open()
     return store
 
@@ -130,7 +130,7 @@ class TestMigrations:
             await store.migrate()
             elapsed = time.perf_counter() - started
             assert await store.run(upgrade_to_head) == (head_revision(), head_revision())
-            assert await store.admin_grants() == {"telegram:1"}
+            assert await store.admins.all() == {"telegram:1"}
         finally:
             await store.close()
         assert not [r for r in caplog.records if "Running upgrade" in r.getMessage()]
@@ -151,7 +151,7 @@ class TestMigrations:
             assert await store.run(current_revision) is None
             await store.migrate()
             assert await store.run(current_revision) == head_revision()
-            assert await store.admin_grants() == {"telegram:1"}
+            assert await store.admins.all() == {"telegram:1"}
         finally:
             await store.close()
         assert BASELINE == "0001"
@@ -230,8 +230,8 @@ def test_start_at_head_does_not_import_alembic(db_url: str) -> None:
     asyncio.run(create())
     script = (
         "import asyncio, sys\n"
-        "from store.conversations import ConversationStore\n"
-        f"store = ConversationStore({db_url!r})\n"
+        "from store.store import Store\n"
+        f"store = Store({db_url!r})\n"
         "asyncio.run(store.open())\n"
         "asyncio.run(store.close())\n"
         "assert 'alembic' not in sys.modules, 'alembic was imported'\n"

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import select
 
 from core.records import SessionInfo
-from memory.forget import delete_session_history
-from store.conversations import ConversationStore
 from store.models import InboxRow, ReminderRow
 from store.reminders import CancelRefused, Reminders, TooManyReminders, session_reminders
+from store.sessions import delete_session_history
+from store.store import Store
 
 NOW = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)
 
@@ -25,19 +25,19 @@ def payload(session_id: str, rid: int, due: datetime) -> dict:
             f"{int(due.timestamp())}", "time": NOW.isoformat(), "content_type": "reminder", "extra": {}}
 
 
-async def session(store: ConversationStore, sid: str = "telegram:1") -> str:
+async def session(store: Store, sid: str = "telegram:1") -> str:
     channel, _, chat = sid.partition(":")
-    await store.ensure_session(SessionInfo(sid, channel, chat, chat, False, ""))
+    await store.sessions.ensure(SessionInfo(sid, channel, chat, chat, False, ""))
     return sid
 
 
-async def inbox_rows(store: ConversationStore) -> list[tuple]:
+async def inbox_rows(store: Store) -> list[tuple]:
     table = InboxRow.__table__
     return await store.run(lambda conn: conn.execute(
         select(table.c.session_id, table.c.message_id, table.c.reply, table.c.status).order_by(table.c.id)).all())
 
 
-async def test_add_list_and_cancel_in_order(store: ConversationStore) -> None:
+async def test_add_list_and_cancel_in_order(store: Store) -> None:
     reminders = Reminders(store)
     sid = await session(store)
     later = await reminders.add(sid, "telegram:1", NOW + timedelta(hours=2), "later")
@@ -56,7 +56,7 @@ async def test_add_list_and_cancel_in_order(store: ConversationStore) -> None:
     assert exported["due_at"] == (NOW + timedelta(hours=2)).isoformat() and "target" not in exported
 
 
-async def test_pending_reminders_per_session_are_limited(store: ConversationStore) -> None:
+async def test_pending_reminders_per_session_are_limited(store: Store) -> None:
     reminders = Reminders(store, max_pending=3)
     sid = await session(store)
     for i in range(3):
@@ -68,7 +68,7 @@ async def test_pending_reminders_per_session_are_limited(store: ConversationStor
     await reminders.add(sid, "telegram:1", NOW + timedelta(minutes=9), "room again")
 
 
-async def test_fire_claims_once_and_journals_the_text(store: ConversationStore) -> None:
+async def test_fire_claims_once_and_journals_the_text(store: Store) -> None:
     reminders = Reminders(store)
     sid = await session(store)
     one = await reminders.add(sid, "telegram:1", NOW - timedelta(seconds=1), "call mum")
@@ -94,7 +94,7 @@ async def test_fire_claims_once_and_journals_the_text(store: ConversationStore) 
                                                                ("⏰ pills", "pending")]
 
 
-async def test_cancel_and_fire_race_one_wins(store: ConversationStore) -> None:
+async def test_cancel_and_fire_race_one_wins(store: Store) -> None:
     reminders = Reminders(store)
     sid = await session(store)
     r = await reminders.add(sid, "telegram:1", NOW, "race")
@@ -104,20 +104,20 @@ async def test_cancel_and_fire_race_one_wins(store: ConversationStore) -> None:
         await reminders.cancel(sid, 1, "telegram:1", may_cancel_any=False)
 
 
-async def test_several_processes_fire_each_reminder_exactly_once(store: ConversationStore, db_url: str) -> None:
+async def test_several_processes_fire_each_reminder_exactly_once(store: Store, db_url: str) -> None:
     """Three stores (three processes' engines) read the same 60 due reminders and all try to fire each."""
     reminders = Reminders(store)
     sids = [await session(store, f"telegram:{i}") for i in range(20)]
     for i in range(60):
         await reminders.add(sids[i % 20], "telegram:1", NOW - timedelta(seconds=i % 7), f"r{i}",
                             every="daily 12:00" if i % 3 == 0 else None)
-    others = [ConversationStore(db_url, create_tables=False) for _ in range(2)]
+    others = [Store(db_url, create_tables=False) for _ in range(2)]
     for other in others:
         await other.open()
     try:
         ready = asyncio.Barrier(3)
 
-        async def process(s: ConversationStore, seed: int) -> int:
+        async def process(s: Store, seed: int) -> int:
             rs = Reminders(s)
             due = await rs.due(NOW, ["telegram"], limit=100)
             # each in its own order (in the same order, the first to claim one is first to reach the next)
@@ -144,7 +144,7 @@ async def test_several_processes_fire_each_reminder_exactly_once(store: Conversa
     assert len({r[1] for r in rows}) == 60
 
 
-async def test_deleted_with_their_session_by_forget_and_cleanup(store: ConversationStore) -> None:
+async def test_deleted_with_their_session_by_forget_and_cleanup(store: Store) -> None:
     reminders = Reminders(store)
     old, kept = await session(store, "telegram:1"), await session(store, "telegram:2")
     await reminders.add(old, "telegram:1", NOW + timedelta(days=1), "gone with the session")
@@ -153,5 +153,5 @@ async def test_deleted_with_their_session_by_forget_and_cleanup(store: Conversat
     assert deleted[ReminderRow.__tablename__] == 1
     assert await reminders.pending(old) == []
     await reminders.add(kept, "telegram:2", NOW + timedelta(days=2), "expires with its session")
-    assert await store.delete_expired_sessions(datetime.now(UTC) + timedelta(days=1)) == (1, 0)
+    assert await store.sessions.delete_expired(datetime.now(UTC) + timedelta(days=1)) == (1, 0)
     assert await session_reminders(store, kept) == []

@@ -15,9 +15,10 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
 from config.settings import Config
-from store.conversations import ConversationStore, SessionInfo, StoredMessage
+from core.records import SessionInfo, StoredMessage
 from store.models import MessageRow, SessionRow
 from store.retention import DAILY_JOB_ID, STARTUP_JOB_ID, CleanupJob, CleanupStats
+from store.store import Store
 
 NOW = datetime(2026, 3, 10, 1, 0, 0, tzinfo=UTC)
 MAX_AGE = timedelta(days=30)
@@ -31,11 +32,11 @@ def make_config(tmp_path: Path, **changes: Any) -> Config:
     return Config(**values)
 
 
-async def add_session(store: ConversationStore, sid: str, at: datetime, n_messages: int = 2) -> None:
+async def add_session(store: Store, sid: str, at: datetime, n_messages: int = 2) -> None:
     """A session last active at ``at`` with ``n_messages`` messages."""
     with time_machine.travel(at, tick=False):
-        await store.ensure_session(SessionInfo(sid, "telegram", sid.split(":")[1]))
-        await store.append(sid, [{"role": "user", "content": f"{sid} {i}"} for i in range(n_messages)])
+        await store.sessions.ensure(SessionInfo(sid, "telegram", sid.split(":")[1]))
+        await store.sessions.append(sid, [{"role": "user", "content": f"{sid} {i}"} for i in range(n_messages)])
 
 
 def snapshot(root: Path) -> dict[Path, tuple[bytes, int]]:
@@ -61,7 +62,8 @@ def counts(stats: CleanupStats) -> tuple[int, int, int, int]:
 
 
 class FakeStore:
-    """A retention store that serves ``expired`` sessions in batches and records what happened."""
+    """A retention store that serves ``expired`` sessions in batches and records what happened (its own
+    ``sessions``, ``journal`` and ``groups`` repositories)."""
 
     def __init__(self, expired: int = 0, *, delay: float = 0.0, fail: bool = False) -> None:
         self.expired = expired
@@ -71,9 +73,10 @@ class FakeStore:
         self.in_flight = 0
         self.max_in_flight = 0
         self.cutoffs: list[datetime] = []
+        self.sessions = self.journal = self.groups = self
 
-    async def delete_expired_sessions(self, cutoff: datetime, batch: int = 200, max_messages: int = 2000,
-                                      ) -> tuple[int, int]:
+    async def delete_expired(self, cutoff: datetime, batch: int = 200, max_messages: int = 2000,
+                             ) -> tuple[int, int]:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -89,11 +92,11 @@ class FakeStore:
         finally:
             self.in_flight -= 1
 
-    async def prune_inbox(self, cutoff: datetime, batch: int = 1000) -> int:
+    async def prune(self, cutoff: datetime, batch: int = 1000) -> int:
         self.events.append("inbox")
         return 0
 
-    async def delete_old_group_messages(self, cutoff: datetime, batch: int = 1000) -> int:
+    async def delete_old(self, cutoff: datetime, batch: int = 1000) -> int:
         self.events.append("group")
         return 0
 
@@ -101,7 +104,7 @@ class FakeStore:
 class TestRetention:
     """The retention rule on every backend."""
 
-    async def test_boundary_is_strictly_older_than_max_age(self, store: ConversationStore, tmp_path: Path) -> None:
+    async def test_boundary_is_strictly_older_than_max_age(self, store: Store, tmp_path: Path) -> None:
         await add_session(store, "telegram:exact", NOW - MAX_AGE)
         await add_session(store, "telegram:older", NOW - MAX_AGE - timedelta(seconds=1), n_messages=3)
         await add_session(store, "telegram:recent", NOW - timedelta(days=1))
@@ -110,10 +113,10 @@ class TestRetention:
         assert stats.cutoff == NOW - MAX_AGE
         assert counts(stats) == (1, 3, 0, 1)
         assert job.last_stats == stats
-        assert await store.get_session("telegram:older") is None
-        assert await store.load_messages("telegram:older") == []
+        assert await store.sessions.get("telegram:older") is None
+        assert await store.sessions.load_messages("telegram:older") == []
         for sid in ("telegram:exact", "telegram:recent"):
-            assert await store.load_messages(sid) == [
+            assert await store.sessions.load_messages(sid) == [
                 StoredMessage(1, {"role": "user", "content": f"{sid} 0"}),
                 StoredMessage(2, {"role": "user", "content": f"{sid} 1"})]
         # one second later the session active exactly 30 days before NOW has expired too
@@ -121,10 +124,10 @@ class TestRetention:
             stats = await job.run_once()
         assert stats.cutoff == NOW - MAX_AGE + timedelta(seconds=1)
         assert counts(stats) == (1, 2, 0, 1)
-        assert await store.get_session("telegram:exact") is None
-        assert await store.get_session("telegram:recent") is not None
+        assert await store.sessions.get("telegram:exact") is None
+        assert await store.sessions.get("telegram:recent") is not None
 
-    async def test_max_age_comes_from_the_live_config(self, store: ConversationStore, tmp_path: Path) -> None:
+    async def test_max_age_comes_from_the_live_config(self, store: Store, tmp_path: Path) -> None:
         await add_session(store, "telegram:1", NOW - timedelta(days=8))
         cfg = {"now": make_config(tmp_path, conversation_max_age_days=10)}
         job = CleanupJob(store, lambda: cfg["now"])
@@ -132,7 +135,7 @@ class TestRetention:
         cfg["now"] = make_config(tmp_path, conversation_max_age_days=7)
         assert counts(await job.run_once(now=NOW)) == (1, 2, 0, 1)
 
-    async def test_memory_files_are_kept(self, store: ConversationStore, tmp_path: Path) -> None:
+    async def test_memory_files_are_kept(self, store: Store, tmp_path: Path) -> None:
         cfg = make_config(tmp_path)
         folder = Path(cfg.data_dir) / "memory" / "telegram_1"
         folder.mkdir(parents=True)
@@ -146,7 +149,7 @@ class TestRetention:
         assert counts(stats) == (1, 2, 0, 1)
         assert snapshot(Path(cfg.data_dir)) == before
 
-    async def test_batches_delete_everything_expired(self, store: ConversationStore, tmp_path: Path) -> None:
+    async def test_batches_delete_everything_expired(self, store: Store, tmp_path: Path) -> None:
         await store.run(seed_sessions, 453, 450, 2)
         job = CleanupJob(store, lambda: make_config(tmp_path), batch_size=200)
         stats = await job.run_once(now=NOW)
@@ -155,33 +158,33 @@ class TestRetention:
         assert await store.run(lambda conn: conn.execute(select(func.count()).select_from(MessageRow)).scalar()) == 6
         assert counts(await job.run_once(now=NOW)) == (0, 0, 0, 0)
 
-    async def test_message_cap_splits_a_big_session_over_batches(self, store: ConversationStore,
+    async def test_message_cap_splits_a_big_session_over_batches(self, store: Store,
                                                                  tmp_path: Path) -> None:
         await store.run(seed_sessions, 3, 2, 7)
         # one batch deletes at most 5 messages: the 14 expired ones take three batches (5 + 5 + 4); the last
         # also deletes both sessions
-        assert await store.delete_expired_sessions(NOW - timedelta(days=30), batch=20, max_messages=5) == (0, 5)
+        assert await store.sessions.delete_expired(NOW - timedelta(days=30), batch=20, max_messages=5) == (0, 5)
         job = CleanupJob(store, lambda: make_config(tmp_path), batch_size=20, max_messages=5)
         stats = await job.run_once(now=NOW)
         assert counts(stats) == (2, 9, 0, 2)
         left = await store.run(lambda conn: conn.execute(select(MessageRow.session_id, func.count())
                                                          .group_by(MessageRow.session_id)).all())
         assert [tuple(r) for r in left] == [("telegram:2", 7)]
-        assert await store.get_session("telegram:0") is None
+        assert await store.sessions.get("telegram:0") is None
 
-    async def test_old_answered_inbox_rows_are_pruned(self, store: ConversationStore, tmp_path: Path) -> None:
-        await store.ensure_session(SessionInfo("telegram:1", "telegram", "1"))
+    async def test_old_answered_inbox_rows_are_pruned(self, store: Store, tmp_path: Path) -> None:
+        await store.sessions.ensure(SessionInfo("telegram:1", "telegram", "1"))
         ids = []
         for name, at in [("a", NOW - timedelta(days=31)), ("b", NOW - timedelta(days=31)), ("c", NOW)]:
             with time_machine.travel(at, tick=False):
-                result = await store.record_incoming("telegram", name, "telegram:1", {}, None)
+                result = await store.journal.record_incoming("telegram", name, "telegram:1", {}, None)
             assert result is not None
             ids.append(result[0])
         for inbox_id in ids[1:]:
-            await store.mark_done(inbox_id)
+            await store.journal.mark_done(inbox_id)
         stats = await CleanupJob(store, lambda: make_config(tmp_path), inbox_batch_size=1).run_once(now=NOW)
         assert counts(stats) == (0, 0, 1, 0)
-        assert [p.id for p in await store.pending_incoming()] == [ids[0]]  # unanswered rows are kept
+        assert [p.id for p in await store.journal.pending()] == [ids[0]]  # unanswered rows are kept
 
 
 class TestCleanupJob:
@@ -228,7 +231,7 @@ class TestCleanupJob:
         with pytest.raises(RuntimeError, match="database is gone"):
             await job.run_once(now=NOW)
 
-    async def test_startup_run_fires(self, store: ConversationStore, tmp_path: Path) -> None:
+    async def test_startup_run_fires(self, store: Store, tmp_path: Path) -> None:
         await add_session(store, "telegram:1", datetime.now(UTC) - timedelta(days=31))
         await add_session(store, "telegram:2", datetime.now(UTC))
         job = CleanupJob(store, lambda: make_config(tmp_path), startup_delay=0.1)
@@ -248,8 +251,8 @@ class TestCleanupJob:
             job.stop()
             await job.wait_stopped()
         assert not job.running
-        assert await store.get_session("telegram:1") is None
-        assert await store.get_session("telegram:2") is not None
+        assert await store.sessions.get("telegram:1") is None
+        assert await store.sessions.get("telegram:2") is not None
 
     async def test_startup_run_is_scheduled_after_the_delay(self, tmp_path: Path) -> None:
         job = CleanupJob(FakeStore(), lambda: make_config(tmp_path))

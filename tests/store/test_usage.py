@@ -8,8 +8,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from config.settings import Config
-from store.conversations import ConversationStore
 from store.retention import CleanupJob
+from store.store import Store
 from store.usage import USAGE_ROW_DAYS, UsageStore, Who
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -22,7 +22,7 @@ def row(at: datetime, session: str = "telegram:1", user: str = "telegram:1", mod
             "completion_tokens": completion, "cached_tokens": cached, "created_at": at}
 
 
-async def test_sums_by_speaker_chat_group_and_bot(store: ConversationStore) -> None:
+async def test_sums_by_speaker_chat_group_and_bot(store: Store) -> None:
     usage = UsageStore(store)
     since = NOW - timedelta(hours=1)
     await usage.add([
@@ -45,7 +45,7 @@ async def test_sums_by_speaker_chat_group_and_bot(store: ConversationStore) -> N
     assert await usage.tokens_since(since) == 110 + 220 + 1 + 1000 + 10 + 4 + 40 + 8 + 16
 
 
-async def test_the_consoles_days_in_the_zone(store: ConversationStore) -> None:
+async def test_the_consoles_days_in_the_zone(store: Store) -> None:
     usage = UsageStore(store)
     midnight = datetime(2026, 11, 25, 23, 0, tzinfo=UTC)  # 00:00 in Berlin on the 26th
     await usage.add([
@@ -65,7 +65,7 @@ async def test_the_consoles_days_in_the_zone(store: ConversationStore) -> None:
     assert (before.day, before.by_model, before.cache_share) == ("2026-11-24", [], None)
 
 
-async def test_rows_older_than_400_days_are_summed_per_day(store: ConversationStore, tmp_path: Path) -> None:
+async def test_rows_older_than_400_days_are_summed_per_day(store: Store, tmp_path: Path) -> None:
     usage = UsageStore(store)
     edge = NOW - timedelta(days=USAGE_ROW_DAYS)
     old_evening = datetime(2025, 10, 1, 22, 30, tzinfo=UTC)  # 00:30 on 2 October in Berlin
@@ -92,13 +92,13 @@ async def test_rows_older_than_400_days_are_summed_per_day(store: ConversationSt
     assert await usage.roll_up(BERLIN, NOW) == 0
 
 
-async def test_forget_leaves_the_usage_rows(store: ConversationStore, tmp_path: Path) -> None:
+async def test_forget_leaves_the_usage_rows(store: Store, tmp_path: Path) -> None:
     from core.records import SessionInfo
     from memory.daily import DailyMemory
     from memory.forget import forget_session
 
     usage = UsageStore(store)
-    await store.ensure_session(SessionInfo("telegram:1", "telegram", "1", "1"))
+    await store.sessions.ensure(SessionInfo("telegram:1", "telegram", "1", "1"))
     await usage.add([row(NOW, prompt=100, completion=10)])
     report = await forget_session(store, DailyMemory(tmp_path / "memory", UTC), "telegram:1")
     assert "usage" not in report.rows and report.rows["sessions"] == 1

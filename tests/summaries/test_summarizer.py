@@ -19,10 +19,11 @@ from agent.tools.base import ToolContext, ToolRegistry, tool
 from agent.tools.memory_tools import memory_get, memory_search
 from config.settings import Config, ConfigHolder
 from core.errors import NotConfiguredError, TransientLLMError
+from core.records import SessionInfo
 from core.retry import SUMMARY_CALL
 from memory.daily import DailyMemory
-from store.conversations import ConversationStore, SessionInfo
 from store.models import SummaryJobRow
+from store.store import Store
 from summaries.summarizer import Summarizer
 from summaries.text import SUMMARY_REQUEST, SUMMARY_SYSTEM_PROMPT
 from tests.fakes.fake_llm import FakeLLM
@@ -45,7 +46,7 @@ class World:
     def __init__(self, tmp_path: Path, summary_llm: FakeLLM, **settings) -> None:
         self.tmp_path = tmp_path
         self.config = ConfigHolder(Config(data_dir=str(tmp_path), timezone="Asia/Shanghai", **settings))
-        self.store = ConversationStore(f"sqlite:///{tmp_path / 'chatbot.db'}")
+        self.store = Store(f"sqlite:///{tmp_path / 'chatbot.db'}")
         self.daily = DailyMemory(tmp_path / "memory", ZONE)
         self.llm = summary_llm
         live = LiveSessions(self.store)
@@ -63,9 +64,9 @@ class World:
 
     async def seed(self, session: SessionInfo, *texts: str) -> list[int]:
         """Store alternating user/assistant messages; return their seqs."""
-        await self.store.ensure_session(session)
+        await self.store.sessions.ensure(session)
         roles = ["user", "assistant"]
-        return await self.store.append(session.session_id,
+        return await self.store.sessions.append(session.session_id,
                                        [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)])
 
     def agent(self, chat_llm: FakeLLM, tools: ToolRegistry | None = None) -> Agent:
@@ -109,7 +110,7 @@ async def test_job_writes_exact_section_and_injects_except_for_clear(world, reas
         assert await world.summarizer.drain(2)
     assert day_file(world.tmp_path, A).read_text(encoding="utf-8") == (
         f"# Daily Memory: 2026-03-01\n\n## {header} (14:05)\n\n- Ship on Friday\n- Alice owns the release\n")
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert record.summarized_through_seq == 4
     if injected:
         assert (record.summary, record.summary_turns) == ("- Ship on Friday\n- Alice owns the release", 2)
@@ -124,7 +125,7 @@ async def test_none_writes_nothing_and_injects_nothing_but_advances(world):
     world.llm.enqueue("None.")
     assert await world.summarizer.summarize_now(A.session_id, "trim", 1, 2) is None
     assert not (world.tmp_path / "memory").exists()
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert (record.summary, record.summarized_through_seq) == (None, 2)
     assert await world.job_rows() == [("trim", "done", 1)]
 
@@ -133,7 +134,7 @@ async def test_summarize_now_returns_the_summary(world):
     await world.seed(A, "the budget is 500", "ok, 500")
     world.llm.enqueue("- Budget: 500")
     assert await world.summarizer.summarize_now(A.session_id, "compact", 1, 2) == "- Budget: 500"
-    assert (await world.store.get_session(A.session_id)).summary == "- Budget: 500"
+    assert (await world.store.sessions.get(A.session_id)).summary == "- Budget: 500"
 
 
 # --- the request -----------------------------------------------------------------------------------
@@ -147,8 +148,8 @@ def web_fetch(ctx, url: str) -> str:
 async def test_the_summary_call_has_no_tools_temperature_0_summary_model_and_exact_text(tmp_path):
     w = await World(tmp_path, FakeLLM(), model="big-model", summary_model="cheap-model").open()
     try:
-        await w.store.ensure_session(A)
-        await w.store.append(A.session_id, [
+        await w.store.sessions.ensure(A)
+        await w.store.sessions.append(A.session_id, [
             {"role": "user", "content": "read the page"},
             {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "web_fetch", "arguments": '{"url":"u"}'}}]},
@@ -199,7 +200,7 @@ async def test_a_repeated_ok_is_summarised_each_time(world):
     assert day_file(world.tmp_path, A).read_text(encoding="utf-8") == (
         "# Daily Memory: 2026-03-01\n\n## Trimmed Context (14:05)\n\n- User said ok (1)\n"
         "\n## Trimmed Context (14:05)\n\n- User said ok (2)\n")
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     # the rolling summary holds both, the file each once
     assert (record.summary, record.summary_turns, record.summarized_through_seq) == (
         "- User said ok (1)\n- User said ok (2)", 2, 4)
@@ -215,7 +216,7 @@ async def test_each_message_is_summarised_at_most_once(world):
     assert len(world.llm.history) == 2
     assert world.llm.history[1].messages[1]["content"].endswith("Conversation:\nUser: gamma\nAssistant: r")
     assert await world.job_rows() == [("trim", "done", 1), ("overflow", "done", 1), ("trim", "done", 0)]
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert (record.summary, record.summary_turns, record.summarized_through_seq) == ("- first\n- second", 3, 6)
 
 
@@ -236,7 +237,7 @@ async def test_fallback_after_retries_is_written_and_injected_exactly(world):
         f"- (fallback) ok → {'x' * 200} [… 100 more characters]\n")
     assert len(world.llm.history) == 3  # one try and the two retries of SUMMARY_CALL
     assert await world.job_rows() == [("trim", "done", 3)]
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert record.summary.startswith("- (fallback) What is the plan?") and record.summary_turns == 2
 
 
@@ -250,7 +251,7 @@ async def test_fallback_rolls_after_an_earlier_summary_and_permanent_errors_are_
     with time_machine.travel(NOON, tick=False):
         await world.summarizer.summarize_now(A.session_id, "trim", 3, 4)
     assert len(world.llm.history) == 2
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert (record.summary, record.summary_turns) == ("- earlier point\n- (fallback) c → d", 2)
     # the memory file gets only the new lines (the earlier summary was written when it was made)
     assert day_file(world.tmp_path, A).read_text(encoding="utf-8") == (
@@ -276,7 +277,7 @@ async def test_injection_end_to_end_and_after_restart(tmp_path):
     assert chat.history[-1].messages[1] == {"role": "user", "content": expected}
     assert [m for m in chat.history[-1].user_texts()][1:] == ["message three", "message four", "message five"]
     # stored messages never carry the injection
-    stored = [m.message for m in await w.store.load_messages(A.session_id)]
+    stored = [m.message for m in await w.store.sessions.load_messages(A.session_id)]
     assert [m["content"] for m in stored if m["role"] == "user"] == [f"message {w}" for w in WORDS[:6]]
     await w.close()
 
@@ -322,12 +323,12 @@ async def test_a_summary_completing_during_a_running_turn_loses_nothing(tmp_path
         assert second_call.messages[1] == {"role": "user", "content": injection_text("- summary of one", 1, "two")}
         assert [m["role"] for m in second_call.messages] == ["system", "user", "assistant", "user", "assistant",
                                                              "tool"]
-        stored = await w.store.load_messages(A.session_id)
+        stored = await w.store.sessions.load_messages(A.session_id)
         assert [s.seq for s in stored] == list(range(1, 9))
         assert [(m.message["role"], m.message.get("content")) for m in stored] == [
             ("user", "one"), ("assistant", "echo: one"), ("user", "two"), ("assistant", "echo: two"),
             ("user", "three"), ("assistant", None), ("tool", "tool done"), ("assistant", "three done")]
-        record = await w.store.get_session(A.session_id)
+        record = await w.store.sessions.get(A.session_id)
         assert (record.summary, record.summarized_through_seq, record.context_start_seq) == ("- summary of one", 2, 3)
     finally:
         await w.close()
@@ -368,7 +369,7 @@ async def clear_scenario(world: World) -> None:
     await world.summarizer.submit(A.session_id, "clear", 5, 6)
     assert await world.summarizer.drain(2)
     assert (state.summary, state.summary_turns, state.summarized_through_seq) == (None, 0, 6)
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert (record.summary, record.summary_turns, record.summarized_through_seq) == (None, 0, 6)
     # no request carries an earlier summary: each says what is new in its turns
     assert not any("Earlier summary" in r.messages[1]["content"] for r in world.llm.history)
@@ -443,14 +444,14 @@ async def test_jobs_run_in_order_per_session_and_concurrently_up_to_the_bound(tm
 
 async def test_start_runs_jobs_left_pending_by_the_last_process(world):
     await world.seed(A, "remember the milk", "will do")
-    await world.store.add_summary_job(A.session_id, "trim", 1, 2)  # journalled, never run
+    await world.store.jobs.add(A.session_id, "trim", 1, 2)  # journalled, never run
     world.llm.enqueue("- Buy milk")
     await world.summarizer.start()
     await world.summarizer.start()  # idempotent: the job is queued once
     assert world.summarizer.pending() == 1
     assert await world.summarizer.drain(2)
     assert await world.job_rows() == [("trim", "done", 1)]
-    assert (await world.store.get_session(A.session_id)).summary == "- Buy milk"
+    assert (await world.store.sessions.get(A.session_id)).summary == "- Buy milk"
 
 
 async def test_drain_gives_up_after_grace_and_the_job_stays_pending(tmp_path):
@@ -459,7 +460,7 @@ async def test_drain_gives_up_after_grace_and_the_job_stays_pending(tmp_path):
     await w.summarizer.submit(A.session_id, "trim", 1, 2)
     assert await w.summarizer.drain(0.1) is False
     assert w.summarizer.pending() == 0
-    assert [(j.session_id, j.reason, j.from_seq, j.through_seq) for j in await w.store.pending_summary_jobs()] == [
+    assert [(j.session_id, j.reason, j.from_seq, j.through_seq) for j in await w.store.jobs.pending()] == [
         (A.session_id, "trim", 1, 2)]
     await w.store.close()
     # the next process resumes it
@@ -467,8 +468,8 @@ async def test_drain_gives_up_after_grace_and_the_job_stays_pending(tmp_path):
     try:
         await w2.summarizer.start()
         assert await w2.summarizer.drain(2)
-        assert await w2.store.pending_summary_jobs() == []
-        assert (await w2.store.get_session(A.session_id)).summary == "- Buy milk"
+        assert await w2.store.jobs.pending() == []
+        assert (await w2.store.sessions.get(A.session_id)).summary == "- Buy milk"
     finally:
         await w2.close()
 
@@ -476,13 +477,13 @@ async def test_drain_gives_up_after_grace_and_the_job_stays_pending(tmp_path):
 async def test_a_trim_queued_before_a_clear_does_not_inject_after_restart(tmp_path):
     w = await World(tmp_path, FakeLLM()).open()
     await w.seed(A, "a", "b", "c", "d")
-    await w.store.add_summary_job(A.session_id, "trim", 1, 2)
-    await w.store.add_summary_job(A.session_id, "clear", 3, 4)
+    await w.store.jobs.add(A.session_id, "trim", 1, 2)
+    await w.store.jobs.add(A.session_id, "clear", 3, 4)
     w.llm.enqueue("- from the trim").enqueue("- from the clear")
     try:
         await w.summarizer.start()
         assert await w.summarizer.drain(2)
-        record = await w.store.get_session(A.session_id)
+        record = await w.store.sessions.get(A.session_id)
         assert (record.summary, record.summarized_through_seq) == (None, 4)
     finally:
         await w.close()
@@ -528,26 +529,26 @@ async def test_jobs_cancelled_by_drain_run_before_the_sessions_next_job(world):
     await world.summarizer.submit(A.session_id, "trim", 1, 2)
     assert await world.summarizer.drain(0) is False
     assert world.summarizer.pending() == 0
-    assert len(await world.store.pending_summary_jobs()) == 1
+    assert len(await world.store.jobs.pending()) == 1
     world.llm.enqueue("- a and b").enqueue("- c and d")
     await world.summarizer.submit(A.session_id, "trim", 3, 4)
     assert world.summarizer.pending() == 2  # the cancelled job runs first, in submission order
     assert await world.summarizer.drain(2)
-    assert await world.store.pending_summary_jobs() == []
+    assert await world.store.jobs.pending() == []
     assert world.llm.history[0].messages[1]["content"].endswith("User: a\nAssistant: b")
-    assert (await world.store.get_session(A.session_id)).summary == "- a and b\n- c and d"
+    assert (await world.store.sessions.get(A.session_id)).summary == "- a and b\n- c and d"
 
 
 async def test_jobs_left_by_a_dead_process_are_adopted_once_they_are_old_enough(world):
     await world.seed(A, "a", "b")
-    await world.store.add_summary_job(A.session_id, "trim", 1, 2)  # journalled by a process that died
+    await world.store.jobs.add(A.session_id, "trim", 1, 2)  # journalled by a process that died
     assert await world.summarizer.adopt_orphans(older_than=3600) == 0  # too recent: its process may be alive
     world.llm.enqueue("- a and b")
     assert await world.summarizer.adopt_orphans(older_than=0) == 1
     assert await world.summarizer.adopt_orphans(older_than=0) == 0  # queued (or run) here already
     assert await world.summarizer.drain(2)
-    assert await world.store.pending_summary_jobs() == []
-    assert (await world.store.get_session(A.session_id)).summary == "- a and b"
+    assert await world.store.jobs.pending() == []
+    assert (await world.store.sessions.get(A.session_id)).summary == "- a and b"
 
 
 # --- the memory_written hook -----------------------------------------------------------------------

@@ -59,7 +59,7 @@ async def test_a_summary_that_drops_facts_gets_the_users_words_back_in_both_lang
         "- (kept) Please remember my budget is 450 EUR, mail me at alice@example.org.\n"
         "- (kept) 我的猫叫「豆豆」，今年3岁。\n"
         "- (kept) 我的预算是800元，下周三10月15日去北京。\n")
-    record = await world.store.get_session(A.session_id)
+    record = await world.store.sessions.get(A.session_id)
     assert record.summary == section.rstrip("\n")  # the injected summary keeps them too
     checked = world.summarizer.checks[A.session_id]
     assert (checked.kept, checked.fallback) == (5, False)
@@ -106,7 +106,7 @@ async def test_no_bullet_is_written_twice_across_sections(world):
     assert day_file(world.tmp_path, A).read_text(encoding="utf-8") == (
         "# Daily Memory: 2026-03-01\n\n## Trimmed Context (14:05)\n\n- Blue plan chosen\n"
         "\n## Trimmed Context (14:05)\n\n- Red cup chosen\n")
-    assert (await world.store.get_session(A.session_id)).summary == "- Blue plan chosen\n- Red cup chosen"
+    assert (await world.store.sessions.get(A.session_id)).summary == "- Blue plan chosen\n- Red cup chosen"
 
 
 async def test_the_rolling_summary_is_capped_to_a_tenth_of_the_main_window_newest_kept(tmp_path):
@@ -117,7 +117,7 @@ async def test_the_rolling_summary_is_capped_to_a_tenth_of_the_main_window_newes
             await w.seed(A, f"step {'x' * 3}", "ok")
             w.llm.enqueue(f"- {'word ' * 20}{i}")
             await w.summarizer.summarize_now(A.session_id, "trim", 2 * i + 1, 2 * i + 2)
-        summary = (await w.store.get_session(A.session_id)).summary
+        summary = (await w.store.sessions.get(A.session_id)).summary
         assert sum(rough_tokens(line) + 1 for line in summary.splitlines()) <= 100
         assert summary.splitlines()[-1].endswith(" 5")
         assert len(summary.splitlines()) < 6
@@ -205,7 +205,7 @@ async def test_an_overflow_that_clears_the_context_keeps_the_late_summary_out_of
             assert w.summarizer.pending() == 1  # the overflow job is still running
             assert await w.summarizer.drain(5)
         assert (state.summary, state.messages) == (None, [])
-        record = await w.store.get_session(A.session_id)
+        record = await w.store.sessions.get(A.session_id)
         assert (record.summary, record.summarized_through_seq) == (None, 3)
         assert day_file(w.tmp_path, A).read_text(encoding="utf-8") == (
             "# Daily Memory: 2026-03-01\n\n## Context Overflow Recovery (14:05)\n\n- The user is Alice\n")
@@ -222,7 +222,7 @@ async def test_a_clear_during_the_injection_write_resets_the_stored_summary(tmp_
         state = await w.sessions.get(A)
         await w.seed(A, "plan", "ok")
         w.llm.enqueue("- a plan")
-        store_set = w.store.set_summary
+        store_set = w.store.sessions.set_summary
 
         async def slow_set(*args, **kw):
             await store_set(*args, **kw)
@@ -230,9 +230,9 @@ async def test_a_clear_during_the_injection_write_resets_the_stored_summary(tmp_
                 w.summarizer.note_cleared(A.session_id)
                 await state.clear()
 
-        w.store.set_summary = slow_set
+        w.store.sessions.set_summary = slow_set
         await w.summarizer.summarize_now(A.session_id, "trim", 1, 2)
-        assert (await w.store.get_session(A.session_id)).summary is None
+        assert (await w.store.sessions.get(A.session_id)).summary is None
         assert state.summary is None
     finally:
         await w.close()
@@ -262,7 +262,8 @@ FIRST = ["My name is Alice Moreau.", "My cat is called Tom.", "I live in Lisbon.
 async def restart_world(tmp_path, summary_llm: FakeLLM) -> World:
     """A new process over the same folder whose first message arrived while it was down."""
     w = await World(tmp_path, summary_llm, agent_max_context_turns=20).open()
-    await w.store.record_incoming("telegram", "new-1", A.session_id, {}, {"role": "user", "content": "who am I?"})
+    await w.store.journal.record_incoming("telegram", "new-1", A.session_id, {}, {"role": "user",
+                                                                                  "content": "who am I?"})
     return w
 
 
@@ -271,7 +272,7 @@ async def first_reply(w: World, chat: FakeLLM, wait: float = 5.0):
     agent = w.agent(chat)
     agent.first_reply_wait = wait
     state = await w.sessions.get(A)
-    (new,) = await w.store.load_messages(A.session_id, 15, 15)
+    (new,) = await w.store.sessions.load_messages(A.session_id, 15, 15)
     async with state.lock:
         await state.resume(new.seq, new.message)
         await agent.run_turn(state)
@@ -330,7 +331,8 @@ async def test_the_first_reply_after_an_eviction_sees_the_skipped_turns_summary(
         await w.sessions.get(B)
         assert w.sessions.peek(A.session_id) is None
         w.llm.enqueue("- Alice Moreau, cat Tom, Lisbon, 14:30")
-        await w.store.record_incoming("telegram", "new-1", A.session_id, {}, {"role": "user", "content": "who am I?"})
+        await w.store.journal.record_incoming("telegram", "new-1", A.session_id, {},
+                                              {"role": "user", "content": "who am I?"})
         await first_reply(w, chat)
         sent = chat.history[-1].messages
         assert sent[1]["content"].startswith("[System: Previous conversation summary — 4 turns were compacted]\n\n"

@@ -11,8 +11,9 @@ from agent.loop import Agent
 from agent.session import LiveSessions, SessionManager
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
+from core.records import SessionInfo
 from memory.daily import DailyMemory
-from store.conversations import ConversationStore, SessionInfo
+from store.store import Store
 from summaries.summarizer import Summarizer
 from summaries.text import SUMMARY_SYSTEM_PROMPT
 from tests.fakes.openai_server import FakeOpenAIServer, message_text
@@ -36,7 +37,7 @@ async def test_trimmed_turns_are_summarised_injected_and_written(tmp_path: Path)
         server.responder = summary_responder
         config = ConfigHolder(Config(data_dir=str(tmp_path), timezone="UTC", model="chat-model",
                                      summary_model="summary-model", agent_max_context_turns=4))
-        store = ConversationStore(config().database_url())
+        store = Store(config().database_url())
         await store.open()
         llm = OpenAILLM(api_key="test", base_url=server.base_url, model="chat-model")
         daily = DailyMemory(tmp_path / "memory", config().zone())

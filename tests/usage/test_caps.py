@@ -81,9 +81,9 @@ async def test_the_person_cap_refuses_then_resets_at_midnight_in_the_zone(tmp_pa
             assert await bot.say("again?") == PERSON
             assert len(server.requests) == 1  # the refused turn never reached the model
             # the message stays stored, and it is answered (by the sentence), so it is not answered later
-            history = [m.message["content"] for m in await bot.store.load_messages("telegram:100")]
+            history = [m.message["content"] for m in await bot.store.sessions.load_messages("telegram:100")]
             assert history == ["hi", "Hello.", "again?"]
-            assert await bot.store.pending_incoming() == []
+            assert await bot.store.journal.pending() == []
             # the cap is the person's across chats: their group session is refused too, others are not
             assert await bot.say("@bot hi", is_group=True, chat_id="-5") == PERSON
             server.enqueue_text("Hi Bob.")
@@ -213,7 +213,7 @@ async def test_a_summary_runs_past_a_cap_and_is_counted(tmp_path, server, db_url
             summarizer = Summarizer(store=bot.store, llm=bot.llm, config=bot.holder,
                                     sessions=LiveSessions(bot.store),
                                     daily=DailyMemory(tmp_path / "memory", BERLIN))
-            await bot.store.ensure_session(SessionInfo("telegram:100", "telegram", "100", "100"))
+            await bot.store.sessions.ensure(SessionInfo("telegram:100", "telegram", "100", "100"))
             server.enqueue_text("- The user's cat is Tom.", usage={"prompt_tokens": 70, "completion_tokens": 9})
             assert await summarizer.summarize_now("telegram:100", "compact", 1, 2) == "- The user's cat is Tom."
             assert (await usage_rows(bot))[-1] == ("telegram:100", "", MODEL, "summary", 70, 9, 0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from config.settings import Config
 from core.records import SessionInfo
-from store.conversations import ConversationStore
+from store.store import Store
 from store.usage import FLIGHT_TTL, UsageStore
 from usage.caps import UsageCaps
 
@@ -21,7 +21,7 @@ def reply_row(user: str, tokens: int, at: datetime = NOW) -> dict:
             "completion_tokens": 0, "cached_tokens": 0, "created_at": at}
 
 
-async def test_turns_in_flight_count_as_an_average_reply_until_they_end(store: ConversationStore,
+async def test_turns_in_flight_count_as_an_average_reply_until_they_end(store: Store,
                                                                        tmp_path: Path) -> None:
     usage = UsageStore(store)
     cfg = Config(data_dir=str(tmp_path), timezone="UTC", usage_cap_user_daily_tokens=250)
@@ -48,7 +48,7 @@ async def test_turns_in_flight_count_as_an_average_reply_until_they_end(store: C
             assert last.decision.refusal is None  # ...there expects the average reply, 100: 100 + 100 + 0 < 250
 
 
-async def test_a_flight_left_by_a_dead_process_expires(store: ConversationStore, tmp_path: Path) -> None:
+async def test_a_flight_left_by_a_dead_process_expires(store: Store, tmp_path: Path) -> None:
     usage = UsageStore(store)
     cfg = Config(data_dir=str(tmp_path), timezone="UTC", usage_cap_daily_tokens=150)
     caps = UsageCaps(usage, lambda: cfg)

@@ -14,8 +14,8 @@ from agent.tokens import TokenCounters
 from core.errors import OtherLLMError
 from core.llm import Usage
 from core.usage import usage_scope
-from store.conversations import ConversationStore
 from store.models import UsageRow
+from store.store import Store
 from store.usage import UsageStore
 from tests.fakes.openai_server import FakeOpenAIServer
 from usage.recorder import UsageRecorder
@@ -31,7 +31,7 @@ def server() -> FakeOpenAIServer:
 
 
 @pytest.fixture
-async def recorder(store: ConversationStore) -> UsageRecorder:
+async def recorder(store: Store) -> UsageRecorder:
     return UsageRecorder(UsageStore(store), TokenCounters())
 
 
@@ -42,7 +42,7 @@ async def llm(server: FakeOpenAIServer, recorder: UsageRecorder) -> AsyncIterato
     await client.close()
 
 
-async def rows(store: ConversationStore) -> list[tuple]:
+async def rows(store: Store) -> list[tuple]:
     def read(conn):
         c = UsageRow.__table__.c
         return [tuple(r) for r in conn.execute(select(c.session_id, c.user_id, c.model, c.purpose, c.prompt_tokens,

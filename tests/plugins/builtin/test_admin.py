@@ -188,7 +188,7 @@ async def test_a_failed_write_leaves_the_old_file_and_settings(tmp_path, monkeyp
 async def test_auth_is_disabled_without_a_password(tmp_path):
     async with PluginBot(tmp_path) as bot:
         assert await bot.say("/auth guess") == "/auth is disabled: this bot has no admin password set."
-        assert await bot.store.admin_grants() == set()
+        assert await bot.store.admins.all() == set()
 
 
 async def test_auth_grants_admin_and_never_logs_the_password(tmp_path, caplog):
@@ -200,7 +200,7 @@ async def test_auth_grants_admin_and_never_logs_the_password(tmp_path, caplog):
             assert await bot.say("/auth s3cret-pass") == "You are already an admin."
         assert "/auth: wrong password from telegram:100" in caplog.text
         assert "s3cret-pass" not in caplog.text and "auth wrong" not in caplog.text
-        assert await bot.store.admin_grants() == {"telegram:100"}
+        assert await bot.store.admins.all() == {"telegram:100"}
         assert bot.dispatcher.admins.is_admin(bot.channel.message("x", user_id="100"))
         assert await bot.say("/config agent_max_steps") == "agent_max_steps = 15"
     async with PluginBot(tmp_path) as bot:  # the grant survives a restart

@@ -123,7 +123,7 @@ async def test_reset_and_clear_are_aliases_of_context_clear(tmp_path, command):
         assert await bot.say(command) == "Context cleared. 2 turns were saved to memory."
         assert summarizer.submitted == [(SID, "clear", 1, 4)]
         assert bot.sessions.peek(SID).messages == []
-        assert (await bot.store.get_session(SID)).context_start_seq == 5
+        assert (await bot.store.sessions.get(SID)).context_start_seq == 5
         assert await bot.say(command) == "Context cleared. There was nothing new to save to memory."
 
 
@@ -133,7 +133,7 @@ async def test_context_clear_saves_unsummarised_turns_and_survives_a_restart(tmp
         await chat(bot, "my name is Alice", "I like tea")
         assert await bot.say("/context clear") == "Context cleared. 2 turns were saved to memory."
         assert summarizer.submitted == [(SID, "clear", 1, 4)]
-        record = await bot.store.get_session(SID)
+        record = await bot.store.sessions.get(SID)
         assert record.context_start_seq == 5 and record.summary is None
         assert bot.sessions.peek(SID).messages == []
         assert await bot.say("who am I?") == "echo: who am I?"
@@ -146,7 +146,7 @@ async def test_context_clear_saves_unsummarised_turns_and_survives_a_restart(tmp
     async with PluginBot(tmp_path, llm=llm, summarizer=FakeSummarizer()) as bot:
         assert await bot.say("hello again") == "echo: hello again"
         assert llm.history[0].user_texts() == ["hello again"]
-        assert len(await bot.store.load_messages(SID)) == 8  # nothing was deleted
+        assert len(await bot.store.sessions.load_messages(SID)) == 8  # nothing was deleted
 
 
 async def test_context_clear_skips_what_was_already_summarised(tmp_path):
@@ -156,7 +156,7 @@ async def test_context_clear_skips_what_was_already_summarised(tmp_path):
         await bot.sessions.live.inject(SID, "- one and two", 2, 4, lambda: False)
         assert await bot.say("/context clear") == "Context cleared. 1 turn was saved to memory."
         assert summarizer.submitted == [(SID, "clear", 5, 6)]
-        assert (await bot.store.get_session(SID)).summary is None
+        assert (await bot.store.sessions.get(SID)).summary is None
 
 
 async def test_clear_and_compact_in_a_shared_group_are_for_admins(tmp_path):
@@ -171,7 +171,7 @@ async def test_clear_and_compact_in_a_shared_group_are_for_admins(tmp_path):
         assert await bot.say("/compact", **group) == SHARED_GROUP_REPLY.format(what="compact")
         assert bot.sessions.peek(sid).messages == before
         assert summarizer.submitted == [] and summarizer.now == []
-        assert (await bot.store.get_session(sid)).context_start_seq == 1
+        assert (await bot.store.sessions.get(sid)).context_start_seq == 1
         # everyone may still look
         assert (await bot.say("/context", **group)).splitlines()[1] == "Turns: 2 of 20"
         assert await bot.say("/context clear", user_id="7", **group) == \
@@ -194,7 +194,7 @@ async def test_compact_keeps_the_last_turn_and_injects_the_summary(tmp_path):
         assert await bot.say("/compact") == ("Compacted 2 turns. Summary:\n\n"
                                              "- Alice likes tea.\n- She lives in Oslo.")
         assert summarizer.now == [(SID, "compact", 1, 4)]
-        record = await bot.store.get_session(SID)
+        record = await bot.store.sessions.get(SID)
         assert record.context_start_seq == 5
         await bot.say("and tomorrow?")
         sent = bot.llm.history[-1].messages

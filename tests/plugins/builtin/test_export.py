@@ -155,7 +155,7 @@ async def test_a_long_history_is_read_page_by_page_and_parts_can_be_added(tmp_pa
     async with PluginBot(tmp_path, memory_embedding_model="") as bot:
         await bot.say("first", terminal=True, **ALICE)
         n = PAGE * 2 + 7
-        await bot.store.append("terminal:100", [{"role": "user", "content": f"message {i}"} for i in range(n)])
+        await bot.store.sessions.append("terminal:100", [{"role": "user", "content": f"message {i}"} for i in range(n)])
 
         async def reminders(request):
             return Section(data=[{"text": "call mum"}], markdown="- call mum", summary="1 reminder")

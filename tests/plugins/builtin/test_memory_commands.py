@@ -80,16 +80,17 @@ async def test_forget_asks_then_deletes_everything_of_the_session(tmp_path):
             "This deletes this conversation's stored history, its memory files, its long-term notes, its search "
             "index and what I keep about you (/me), for good. Send /forget confirm to go ahead.")
         assert await bot.say("/forget please") == "Usage: /forget, then /forget confirm."
-        assert len(await bot.store.load_messages(SID)) == 2
+        assert len(await bot.store.sessions.load_messages(SID)) == 2
         assert await bot.say("/forget confirm") == (
             "Deleted for good: 2 stored messages, 1 daily memory file, no long-term notes, 1 search index entry, "
             "4 other records, your 1 person note (/me).")  # the inbox rows of the four messages
-        assert await bot.store.load_messages(SID) == [] and not memory.session_dir(SID).exists()
+        assert await bot.store.sessions.load_messages(SID) == [] and not memory.session_dir(SID).exists()
         assert bot.people.notes("telegram:100") == [] and not bot.people.folder("telegram:100").exists()
         assert bot.people.notes("telegram:200") == ["I play the cello."]  # another person's stay
-        assert len(await bot.store.load_messages("telegram:200")) == 2
+        assert len(await bot.store.sessions.load_messages("telegram:200")) == 2
         assert await bot.say("new start") == "echo: new start"
-        assert [m.message["content"] for m in await bot.store.load_messages(SID)] == ["new start", "echo: new start"]
+        assert [m.message["content"] for m in await bot.store.sessions.load_messages(SID)] == ["new start",
+                                                                                               "echo: new start"]
 
 
 async def test_forget_in_a_shared_group_is_for_admins(tmp_path):

@@ -58,7 +58,7 @@ async def test_daily_reminder_fires_once_a_day_on_two_consecutive_days(tmp_path)
             assert pending.due_at == berlin(2026, 3, 30, 9, 0).astimezone(UTC)  # 09:00 CEST, after the change
             # in the chat it was set in, and in the session's history (the model knows it reminded)
             assert [to.chat_id for to, text in bot.channel.sent if text.startswith("⏰")] == ["100", "100"]
-            stored = await bot.store.load_messages(SID)
+            stored = await bot.store.sessions.load_messages(SID)
             assert [(m.message["role"], m.message["content"]) for m in stored] == [
                 ("user", "hello"), ("assistant", "echo: hello"), ("assistant", "⏰ Reminder: take the pills"),
                 ("assistant", "⏰ Reminder: take the pills")]
@@ -158,9 +158,9 @@ async def test_a_crash_between_claim_and_send_loses_nothing_and_sends_once(tmp_p
             assert again.channel.texts() == ["⏰ Reminder: feed the cat"]
             job = firing(again)
             assert await fire(again, job, berlin(2026, 3, 28, 8, 31)) == []
-            stored = await again.store.load_messages(SID)
+            stored = await again.store.sessions.load_messages(SID)
             assert [m.message["content"] for m in stored].count("⏰ Reminder: feed the cat") == 1
-            assert await again.store.pending_incoming() == []
+            assert await again.store.journal.pending() == []
 
 
 async def test_a_number_too_big_for_a_date_is_too_far_ahead_not_a_failure(tmp_path):
@@ -187,7 +187,7 @@ async def test_each_reminder_is_marked_sent_before_the_next_send_starts(tmp_path
 
             async def platform(to, text):  # sends started earlier whose reminder is not marked yet
                 if text.startswith("⏰"):
-                    unmarked = set((await bot.store.pending_replies()).values())
+                    unmarked = set((await bot.store.journal.pending_replies()).values())
                     unmarked_at_send.append(sum(1 for t in started if t in unmarked))
                     started.append(text)
                     await asyncio.sleep(0.01)  # the platform's round trip: other sessions' workers run meanwhile
@@ -200,4 +200,4 @@ async def test_each_reminder_is_marked_sent_before_the_next_send_starts(tmp_path
             assert sorted(t for t in bot.channel.texts() if t.startswith("⏰")) == [f"⏰ Reminder: call {c}"
                                                                                   for c in chats]
             assert unmarked_at_send == [0, 0, 0, 0]  # no earlier reminder in flight or unmarked when a send starts
-            assert await bot.store.pending_incoming() == []
+            assert await bot.store.journal.pending() == []
