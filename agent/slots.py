@@ -7,6 +7,10 @@ a loopback or private address gets one slot, and a summary waits for it instead 
 waiting for a slot goes before waiting background calls (summaries), and while a turn is preparing its request
 (:meth:`ModelSlots.reply_coming`: the trim that starts a summary comes just before the reply's call) a free slot
 is kept for it, so the summary a trim starts never delays the reply that caused it.
+
+:func:`urgent` is a context variable, one of the two the project keeps (the other is ``core/usage.py``'s usage
+scope), because it is cross-cutting: the slots are taken inside the model client, below every caller (a reply,
+its flush, a summary, a media call), and the mark must reach them through code that knows no turn.
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ _URGENT: ContextVar[bool] = ContextVar("model_call_urgent", default=False)
 
 @contextlib.contextmanager
 def urgent() -> Iterator[None]:
-    """Mark the model calls made inside as a reply's: they take a free slot before background calls."""
+    """Mark the model calls made inside as a reply's: they take a free slot before background calls.
+
+    Ambient on purpose (a context variable): it is cross-cutting, read by the request slots deep in the model
+    client for any caller, not one of a turn's arguments (those travel as ``agent.turn.AgentTurn``)."""
     token = _URGENT.set(True)
     try:
         yield

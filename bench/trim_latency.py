@@ -63,7 +63,7 @@ async def run(folder: Path) -> tuple[list[float], list[float], int]:
             before = summarizer.submitted
             started = time.perf_counter()
             async with state.lock:
-                await agent.add_user_message(state, f"message {n}: let us keep talking about the plan")
+                await state.add_user({"role": "user", "content": f"message {n}: let us keep talking about the plan"})
                 await agent.run_turn(state)
             elapsed = (time.perf_counter() - started) * 1000
             if n >= WARMUP_TURNS:

@@ -5,6 +5,11 @@ The model client does not know sessions or speakers; the code that asks for a ca
 client hands each call's usage to its :class:`UsageSink`, which reads the scope. A context variable carries
 it, so the scope reaches the model calls inside the turn (tool rounds, retries) without every signature
 between them taking it, and a task started inside a scope (a summary job) sets its own.
+
+It is one of the two context variables the project keeps (the other is ``agent/slots.py``'s ``urgent``), because
+it is cross-cutting: it reaches the model client, which serves replies, summaries, flushes and media alike and
+knows no turn. A turn's own arguments are not ambient: they travel as ``agent.turn.AgentTurn``
+(``tests/agent/test_turn_passed.py`` fails on any other ``ContextVar``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,10 @@ def current_scope() -> UsageScope:
 @contextlib.contextmanager
 def usage_scope(session_id: str | None = None, user_id: str | None = None, purpose: str | None = None,
                 tally: list[int] | None = None) -> Iterator[UsageScope]:
-    """Within the block, model calls are recorded for this scope; what is not given is kept from the outer one."""
+    """Within the block, model calls are recorded for this scope; what is not given is kept from the outer one.
+
+    Ambient on purpose (a context variable): it is cross-cutting, read by the model client's usage sink for
+    every purpose, not one of a turn's arguments (those travel as ``agent.turn.AgentTurn``)."""
     outer = current_scope()
     scope = replace(outer, **{k: v for k, v in (("session_id", session_id), ("user_id", user_id),
                                                   ("purpose", purpose), ("tally", tally)) if v is not None})

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from agent.loop import Agent, AnswerSink, FinalAnswer
+from agent.loop import Agent
 from agent.session import SessionManager, SessionState
-from agent.tools.base import TURN_MESSAGE
+from agent.turn import AgentTurn, AnswerSink, FinalAnswer
 from channels.base import BaseChannel
 from core.usage import speaker_of, usage_scope
 from dispatcher.background import background_lines
@@ -82,14 +82,11 @@ async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, s
             if decision.refusal is not None:
                 return decision.refusal, 0, f"refused (the {decision.cap} cap)"
             speaker = speaker_of(item.message.channel, item.message.user_id)
-            token = TURN_MESSAGE.set(item.message)  # who asked and where, for the tools that act in the chat
-            try:
-                with state.showing(await background_lines(store, item.message, agent.config())), \
-                        usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
-                    result = await agent.run_turn(state, sink, final=_keeping_reply(state, item),
-                                                  model=decision.model)
-            finally:
-                TURN_MESSAGE.reset(token)
+            with state.showing(await background_lines(store, item.message, agent.config())), \
+                    usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
+                # the message goes with the turn: who asked and where, for the tools that act in the chat
+                result = await agent.run_turn(state, AgentTurn(sink=sink, final=_keeping_reply(state, item),
+                                                               model=decision.model, message=item.message))
     outcome = result.outcome if decision.model is None else f"{result.outcome} (on {decision.model}: the " \
         f"{decision.cap} cap)"
     return result.text, result.tool_calls, outcome

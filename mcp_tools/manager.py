@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.tools.base import TURN_MESSAGE, Tool, ToolContext
+from agent.tools.base import Tool, ToolContext
 from config.mcp_servers import McpServerConfig
 from core.messages import IncomingMessage
 from core.records import SessionInfo
@@ -163,9 +163,8 @@ class McpManager:
         return self.admins.is_admin(message)
 
     def tools_for(self, info: SessionInfo | None, message: IncomingMessage | None = None) -> list[Tool]:
-        """The running servers' tools this session may use."""
-        if message is None:
-            message = TURN_MESSAGE.get()
+        """The running servers' tools this session may use (``message``: the one being answered, whose sender
+        an admins-only server checks; None outside a chat turn)."""
         out: list[Tool] = []
         for server in self.servers.values():
             if server.tools and self.may_use(server, info, message):

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agent.tools.base import TURN_TOOLS, Tool, ToolContext, ToolQuery, ToolRegistry, ToolSet
+from agent.tools.base import Tool, ToolContext, ToolQuery, ToolRegistry, ToolSet
 from mcp_tools.manager import McpManager
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ async def _find_tools(ctx: ToolContext, query: str) -> str:
     Args:
         query: what the tool should do, in a few words
     """
-    turn = TURN_TOOLS.get()
+    turn = ctx.tools
     if not isinstance(turn, NarrowedToolSet):
         return "Every tool this chat may use is already offered to you."
     return await turn.find(query)
@@ -203,7 +203,7 @@ class McpToolSelector:
         """The tools this turn offers (every one while they fit in ``tools_window_share`` of the window)."""
         # The built-in tools count too: on a small window (a local server's 2,048 tokens) their schemas alone take
         # half of it, and the answer would have no room left (DESIGN §13 narrows any tools past the share).
-        tools = registry.tools() + self.manager.tools_for(query.info)
+        tools = registry.tools() + self.manager.tools_for(query.info, query.message)
         budget = int(self.config().tools_window_share * query.window) if query.window > 0 else 0
 
         def cost(tool: Tool) -> int:

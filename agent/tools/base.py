@@ -14,7 +14,6 @@ import logging
 import types
 import typing
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,11 +33,6 @@ logger = logging.getLogger(__name__)
 
 #: Every tool result is cut to this many characters when it is created.
 TOOL_RESULT_CAP = 50_000
-
-#: The message whose turn is running (set by the dispatcher around the agent's turn): a tool that acts in the
-#: chat (``schedule_message``) reads who asked and where from :attr:`ToolContext.message`.
-TURN_MESSAGE: ContextVar[IncomingMessage | None] = ContextVar("turn_message", default=None)
-
 
 class AdminCheck(Protocol):
     """Whether a message comes from an admin (``dispatcher.admins.Admins``)."""
@@ -89,8 +83,11 @@ class ToolContext:
     turn_start_seq: int = 0
     #: who the session belongs to (private chat or group, its owner), or None outside a session's turn
     info: SessionInfo | None = None
-    #: the message being answered (who asked, in which chat), or None outside a chat turn
+    #: the message being answered (who asked, in which chat; the turn's ``AgentTurn.message``), or None outside
+    #: a chat turn: a tool that acts in the chat (``schedule_message``) reads who asked and where from it
     message: IncomingMessage | None = None
+    #: the running turn's tools, or None outside a turn: ``find_tools`` offers more through it
+    tools: ToolSet | None = None
 
     def with_services(self, services: ToolServices | None) -> ToolContext:
         """This context with ``services``, and the store and memory taken from them where not set."""
@@ -214,6 +211,8 @@ class ToolQuery:
     window: int = 0
     #: ``count(text)``: tokens of a text for the turn's model
     count: Callable[[str], int] = len
+    #: the message being answered (who asked, in which chat), or None outside a chat turn
+    message: IncomingMessage | None = None
 
 
 class ToolSet:
@@ -252,10 +251,6 @@ class ToolSelector(Protocol):
     async def select(self, registry: ToolRegistry, query: ToolQuery) -> ToolSet:
         """The tools this turn offers."""
         ...
-
-
-#: The running turn's tools (set by the agent for its own task): ``find_tools`` offers more through it.
-TURN_TOOLS: ContextVar[ToolSet | None] = ContextVar("turn_tools", default=None)
 
 
 class ToolRegistry:

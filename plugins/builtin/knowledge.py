@@ -13,8 +13,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from agent.loop import TurnExtras
 from agent.tools.base import ToolContext, tool
+from agent.turn import TurnExtras
 from core.messages import IncomingMessage
 from dispatcher.commands import CommandRequest
 from knowledge.base import KnowledgeBase, Refused, format_hits, too_large
@@ -53,7 +53,7 @@ def knowledge_base(services: Services) -> KnowledgeBase:
 
 
 class TurnPart:
-    """The knowledge base's part of a turn (``agent.loop.TurnKnowledge``)."""
+    """The knowledge base's part of a turn (``agent.turn.TurnKnowledge``)."""
 
     def __init__(self, services: Services) -> None:
         self.services = services

@@ -6,9 +6,12 @@ import asyncio
 
 import pytest
 
-from agent.loop import CLEARED_REPLY, FINAL_ANSWER_PROMPT, STREAM_BROKEN_NOTE, Agent
+from agent.call import STREAM_BROKEN_NOTE
+from agent.loop import CLEARED_REPLY, Agent
+from agent.request import FINAL_ANSWER_PROMPT
 from agent.session import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry, tool
+from agent.turn import AgentTurn
 from config.settings import Config, ConfigHolder
 from core.errors import ContextOverflowError, TransientLLMError
 from core.records import SessionInfo
@@ -65,7 +68,7 @@ async def make(store, llm, **settings):
 
 async def turn(agent, state, text):
     async with state.lock:
-        await agent.add_user_message(state, text)
+        await state.add_user({"role": "user", "content": text})
         return await agent.run_turn(state)
 
 
@@ -187,7 +190,7 @@ async def test_an_overflow_error_that_names_the_window_teaches_it(parts):
     assert len(llm.history) == 2
     from agent.context import history_budget
 
-    tools = agent._tools_tokens(agent.tools.schemas())  # the tools' schemas go with every request
+    tools = agent.prompt.tools_tokens(agent.model(), agent.tools.schemas())  # the tools' schemas go with every request
     assert tools > 100
     assert agent.budget(state, "").max_tokens == history_budget(50_000, 2048, tools) == 1844 - tools
     assert llm.history[-1].max_tokens <= 2048
@@ -224,7 +227,7 @@ from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
 async def test_no_silence_and_length_note(parts, response, shown, outcome):
     llm = FakeLLM().enqueue(response)
     agent, state, _ = await make(parts, llm)
-    await agent.add_user_message(state, "hi")
+    await state.add_user({"role": "user", "content": "hi"})
     result = await agent.run_turn(state)
     assert (result.text, result.outcome) == (shown, outcome)  # the log line never says "ok" for a notice
 
@@ -244,7 +247,7 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
 
     async with state.lock:
         await state.add_user({"role": "user", "content": "hi"}, inbox_id)
-        result = await agent.run_turn(state, final=keep)
+        result = await agent.run_turn(state, AgentTurn(final=keep))
     assert result.text == f"half an answ\n\n{LENGTH_NOTE}" and finals == [result.text]
     # kept as the user sees it (with the note), stored as the model wrote it; the message stays pending
     assert await parts.journal.pending_replies() == {inbox_id: result.text}
@@ -255,7 +258,7 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
     # without a final-answer callback the agent stores the answer itself, and nothing is kept
     llm.enqueue("plain")
     async with state.lock:
-        await agent.add_user_message(state, "again")
+        await state.add_user({"role": "user", "content": "again"})
         assert (await agent.run_turn(state)).text == "plain"
     assert finals == [f"half an answ\n\n{LENGTH_NOTE}"]
     assert await parts.journal.pending_replies() == {inbox_id: result.text}
@@ -264,13 +267,13 @@ async def test_a_final_answer_callback_stores_the_answer_and_keeps_the_reply_as_
 async def test_every_request_caps_the_answer_within_the_window(parts):
     llm = FakeLLM()
     agent, state, _ = await make(parts, llm, agent_max_output_tokens=0, model="gpt-4o")
-    await agent.add_user_message(state, "hi")
+    await state.add_user({"role": "user", "content": "hi"})
     await agent.run_turn(state)
     assert llm.history[-1].max_tokens == 4096
     small = FakeLLM()
     agent, state, _ = await make(parts, small, agent_max_output_tokens=50_000, model="m", model_context_window=20_000,
                                  character_desc="persona " * 1000)
-    await agent.add_user_message(state, "hello")
+    await state.add_user({"role": "user", "content": "hello"})
     await agent.run_turn(state)
     cap = small.history[-1].max_tokens
     assert 18_000 < cap < 20_000 - 1000  # the window minus the persona, the message and the tool schemas
@@ -281,7 +284,7 @@ async def test_invalid_tool_arguments_get_an_error_result_and_stay_valid_json(pa
         ToolCall(id="c1", name="echo_tool", arguments="{}", error="the arguments were not valid JSON: {text:"),))
     llm = FakeLLM().enqueue(bad).enqueue("done")
     agent, state, _ = await make(parts, llm)
-    await agent.add_user_message(state, "go")
+    await state.add_user({"role": "user", "content": "go"})
     assert (await agent.run_turn(state)).text == "done"
     sent = llm.history[-1].messages
     assert sent[-2]["tool_calls"][0]["function"]["arguments"] == "{}"
@@ -305,7 +308,7 @@ async def test_reasoning_kept_on_tool_calls_sent_back_never_shown():
         await store.open()
         try:
             agent, state, _ = await make(store, llm)
-            await agent.add_user_message(state, "say hi")
+            await state.add_user({"role": "user", "content": "say hi"})
             result = await agent.run_turn(state)
         finally:
             await llm.close()
@@ -357,8 +360,8 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
     agent, state, _ = await make(parts, llm)
     pieces = Pieces()
     async with state.lock:
-        await agent.add_user_message(state, "q")
-        result = await agent.run_turn(state, pieces)
+        await state.add_user({"role": "user", "content": "q"})
+        result = await agent.run_turn(state, AgentTurn(sink=pieces))
     assert (result.text, result.outcome) == ("The answer.", "ok")
     assert "".join(pieces.events) == "Let me see.<discard>The answer."
 
@@ -366,8 +369,8 @@ async def test_a_streamed_turn_shows_only_the_answer_and_a_broken_stream_keeps_t
     llm.enqueue("Half of this answer never arrives.")
     pieces = Pieces()
     async with state.lock:
-        await agent.add_user_message(state, "again")
-        result = await agent.run_turn(state, pieces)
+        await state.add_user({"role": "user", "content": "again"})
+        result = await agent.run_turn(state, AgentTurn(sink=pieces))
     assert "".join(pieces.events) == "Half of "
     assert result.text == f"Half of\n\n{STREAM_BROKEN_NOTE}"
     assert result.outcome == "cut (the stream broke)"
@@ -435,15 +438,15 @@ async def test_a_long_streamed_answer_is_not_silence_but_a_silent_model_ends_the
     agent, state, _ = await make(parts, llm)
     agent.turn_deadline = 0.5
     async with state.lock:
-        await agent.add_user_message(state, "q")
-        result = await agent.run_turn(state, Pieces())
+        await state.add_user({"role": "user", "content": "q"})
+        result = await agent.run_turn(state, AgentTurn(sink=Pieces()))
     assert (result.text, result.outcome) == ("A slow local model writes this answer piece by piece.", "ok")
     llm.gap = 0.8  # silent longer than the deadline before the first piece
     llm.enqueue("Never shown.")
     async with state.lock:
-        await agent.add_user_message(state, "again")
+        await state.add_user({"role": "user", "content": "again"})
         with pytest.raises(TransientLLMError, match="deadline"):
-            await agent.run_turn(state, Pieces())
+            await agent.run_turn(state, AgentTurn(sink=Pieces()))
 
 
 async def test_a_refused_long_message_is_cut_to_fit_the_window_the_error_named(parts):

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.loop import CLEARED_REPLY, EMPTY_REPLY, LENGTH_NOTE, REASONING_ONLY_REPLY, STREAM_BROKEN_NOTE
+from agent.call import STREAM_BROKEN_NOTE
+from agent.loop import CLEARED_REPLY, EMPTY_REPLY, LENGTH_NOTE, REASONING_ONLY_REPLY
 from dispatcher.replies import ERROR_REPLY, STILL_WORKING_REPLY, TRANSIENT_REPLY
 from tests.fakes.bot_process import BotProcess
 from tests.fakes.llama_server import LlamaServer, RecordingProxy, server_available

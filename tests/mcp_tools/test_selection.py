@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from agent.tokens import TokenCounters
-from agent.tools.base import TURN_TOOLS, ToolContext, ToolQuery, ToolRegistry
+from agent.tools.base import ToolContext, ToolQuery, ToolRegistry
 from agent.tools.current_time import current_time
 from config.settings import ConfigHolder, validate_data
 from core.records import SessionInfo
@@ -76,14 +76,10 @@ async def test_find_tools_offers_the_matches_from_the_next_call_within_the_share
     selector = local
     turn = await selector.select(registry(), query("what is the time in Tokyo?"))
     assert "many__tool_002" not in turn.names()
-    token = TURN_TOOLS.set(turn)
-    try:
-        find = turn.get(FIND_TOOLS)
-        assert find is not None
-        text = await find.call(ToolContext(session_id=CHAT.session_id, config=many.config()),
-                               {"query": "tide tables of a harbour"})
-    finally:
-        TURN_TOOLS.reset(token)
+    find = turn.get(FIND_TOOLS)
+    assert find is not None
+    text = await find.call(ToolContext(session_id=CHAT.session_id, config=many.config(), tools=turn),
+                           {"query": "tide tables of a harbour"})
     assert text.splitlines()[1] == "- many__tool_002: Look up tide tables of a harbour."
     assert "many__tool_002" in turn.names() and turn.names()[0] == FIND_TOOLS
     assert tokens(turn.schemas()) <= 0.15 * 4096

@@ -88,7 +88,7 @@ async def world(tmp_path: Path):
 
 async def turn(agent: Agent, state, text: str):
     async with state.lock:
-        await agent.add_user_message(state, text)
+        await state.add_user({"role": "user", "content": text})
         return await agent.run_turn(state)
 
 

@@ -50,12 +50,12 @@ async def test_trimmed_turns_are_summarised_injected_and_written(tmp_path: Path)
             state = await sessions.get(SESSION)
             for i in range(8):
                 async with state.lock:
-                    await agent.add_user_message(state, f"message {i}")
+                    await state.add_user({"role": "user", "content": f"message {i}"})
                     result = await agent.run_turn(state)
                 assert result.text == f"echo: message {i}"
             assert await summarizer.drain(5)
             async with state.lock:
-                await agent.add_user_message(state, "message 8")
+                await state.add_user({"role": "user", "content": "message 8"})
                 await agent.run_turn(state)
             assert await summarizer.drain(5)
         finally:
