@@ -202,7 +202,8 @@ class HistoryIndex:
         #: the settings the embedder was built from (the memory_index plugin compares them)
         self.embedder_settings: tuple[str, str, str] | None = None
         self._cache: OrderedDict[str, SessionVectors] = OrderedDict()
-        self._lock = asyncio.Lock()
+        #: one lock per session being read: three chats' first searches read their own sessions side by side
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         #: the model whose name the stored vectors were last checked against (those of another are deleted)
@@ -324,22 +325,35 @@ class HistoryIndex:
         if cached is not None and cached.low_id == low and cached.high_id == high:
             self._cache.move_to_end(session_id)
             return cached
-        async with self._lock:
-            cached = self._cache.get(session_id)
-            if cached is None or cached.low_id != low:
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._read_vectors(session_id, low, high)
+        finally:
+            lock, users = self._locks[session_id]
+            if users > 1:
+                self._locks[session_id] = (lock, users - 1)
+            else:
+                del self._locks[session_id]
+
+    async def _read_vectors(self, session_id: str, low: int, high: int) -> SessionVectors:
+        """Read the session's vectors added since its cached matrix (all of them the first time)."""
+        cached = self._cache.get(session_id)
+        if cached is None or cached.low_id != low:
+            cached = SessionVectors(0)
+        rows = await self.store.database.run_long(mv.load, session_id, self.model_name, cached.high_id)
+        if rows.vectors and len(rows.vectors[0]) != cached.dim:
+            if cached.size:  # another model's width (a change of model): read them all again
                 cached = SessionVectors(0)
-            rows = await self.store.database.run_long(mv.load, session_id, self.model_name, cached.high_id)
-            if rows.vectors and len(rows.vectors[0]) != cached.dim:
-                if cached.size:  # another model's width (a change of model): read them all again
-                    cached = SessionVectors(0)
-                    rows = await self.store.database.run_long(mv.load, session_id, self.model_name, 0)
-                cached.dim = len(rows.vectors[0]) if rows.vectors else 0
-            await asyncio.to_thread(cached.extend, rows)
-            cached.low_id, cached.high_id = low, max(high, cached.high_id)
-            self._cache[session_id] = cached
-            self._cache.move_to_end(session_id)
-            while len(self._cache) > 1 and sum(v.nbytes for v in self._cache.values()) > CACHE_BYTES:
-                self._cache.popitem(last=False)
+                rows = await self.store.database.run_long(mv.load, session_id, self.model_name, 0)
+            cached.dim = len(rows.vectors[0]) if rows.vectors else 0
+        await asyncio.to_thread(cached.extend, rows)
+        cached.low_id, cached.high_id = low, max(high, cached.high_id)
+        self._cache[session_id] = cached
+        self._cache.move_to_end(session_id)
+        while len(self._cache) > 1 and sum(v.nbytes for v in self._cache.values()) > CACHE_BYTES:
+            self._cache.popitem(last=False)
         return cached
 
     def forget(self, session_id: str) -> None:
