@@ -52,8 +52,10 @@ IDLE_SECONDS = 30.0
 RETRY_SECONDS = 30.0
 #: The model's tokens (about: :func:`cut_tokens`) of a message embedded, and of the answer (or question) embedded
 #: with it. The model's cost is its tokens' (bench/memory_indexer.py: ~1.4 ms of CPU a token), so a long answer
-#: costs no more than this; a passage shows 360 characters of a message (store/history_search.py).
-EMBED_TOKENS = 160
+#: costs no more than this; a passage shows 360 characters of a message (store/history_search.py). On LoCoMo
+#: (bench/memory_locomo.py, 3 conversations) 48 found as much as 160 with 9% fewer tokens; 32 lost multi-hop
+#: questions (top-5 56% -> 51%). The answer's cap is not measured by LoCoMo (its answers are acknowledgements).
+EMBED_TOKENS = 48
 CONTEXT_TOKENS = 80
 #: CJK characters are a token each for e5's tokenizer; other text is about 3.8 characters a token (LoCoMo).
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
