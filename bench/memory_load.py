@@ -19,7 +19,9 @@ before and after the questions, to show it was there.
 ``--burst`` seconds (each answered by the fake model with "ok, noted.", so twice as many messages are
 stored), then nothing for ``--quiet`` seconds. The backlog is read every 5 s; reported: the largest, the
 one at the end of the burst, how long it took to reach 0 after the burst, the bot's CPU (cores) during the
-burst and the quiet.
+burst and the quiet, and the bot's CPU per stored message with the cores the pace needs at that cost (on a
+shared machine, run a shorter ``--burst`` and read this line: whether the backlog drains within ``--quiet``
+depends on the cores the machine gives the bot).
 
     python bench/memory_load.py PATH/locomo10.json[.gz] [--backlog 2000] [--rounds 20] [--rate 30]
                                 [--burst 60] [--quiet 60] [--skip-search] [--skip-burst]
@@ -215,6 +217,14 @@ def burst(args: argparse.Namespace, data: list[dict[str, Any]]) -> None:
     print(f"bot CPU: {cpu_burst / (burst_end - start):.2f} cores during the burst, "
           f"{cpu_quiet / max(quiet_seconds, 1e-9):.2f} after it")
     print("backlog samples (s, messages): " + ", ".join(f"{t:.0f}:{n}" for t, n in samples))
+    # Whether the pace fits the machine, from CPU, not wall time (a shared machine gives the bot a fraction of
+    # its cores): the bot's CPU per stored message, turns and indexing together, times the pace.
+    handled = 2 * sent - final
+    if handled > 0:
+        per_message = (cpu_burst + cpu_quiet) / handled
+        print(f"bot CPU per stored message (turn and indexing, {handled} messages embedded or skipped): "
+              f"{per_message * 1000:.1f} ms; {args.rate:.0f} user messages a second (twice as many stored) "
+              f"need {per_message * 2 * args.rate:.2f} cores")
 
 
 def main(argv: list[str] | None = None) -> int:

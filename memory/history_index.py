@@ -7,7 +7,7 @@ bounded, survives restarts and needs no memory), embeds them a small batch at a 
 model's own thread and stores int8 vectors; between batches it lets any running search go first
 (memory/priority.py). A reply wakes it (the ``after_reply`` hook of the ``memory_index`` plugin); otherwise
 it looks again every :data:`IDLE_SECONDS`. One vector per exchange (:func:`embed_texts`): a user message
-with the bot's answer, texts cut at :data:`EMBED_CHARS` and :data:`CONTEXT_CHARS`; a message of filler
+with the bot's answer, texts cut at :data:`EMBED_TOKENS` and :data:`CONTEXT_TOKENS`; a message of filler
 alone ("ok, noted") and tool calls and results are not embedded. The model's cost is the tokens embedded
 (bench/memory_indexer.py), so each said thing is embedded once, not once alone and once as the context of
 the next message. Messages not embedded yet are still found by their words. With
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core import heap
-from memory.embeddings import BaseEmbedder, quantise
+from memory.embeddings import BaseEmbedder, LocalEmbedder, quantise
 from memory.priority import SearchFirst
 from memory.ranking import fuse, top
 from memory.search import terms
@@ -50,10 +50,16 @@ BATCH = 8
 IDLE_SECONDS = 30.0
 #: Seconds the indexer waits after a failure (the database or the embeddings endpoint away).
 RETRY_SECONDS = 30.0
-#: Characters of a message embedded, and of the answer (or question) embedded with it. The model's cost is its
-#: tokens' (bench/memory_indexer.py), and a passage shows 360 characters of a message (store/history_search.py).
-EMBED_CHARS = 600
-CONTEXT_CHARS = 300
+#: The model's tokens (about: :func:`cut_tokens`) of a message embedded, and of the answer (or question) embedded
+#: with it. The model's cost is its tokens' (bench/memory_indexer.py: ~1.4 ms of CPU a token), so a long answer
+#: costs no more than this; a passage shows 360 characters of a message (store/history_search.py). On LoCoMo
+#: (bench/memory_locomo.py, 3 conversations) 48 found as much as 160 with 9% fewer tokens; 32 lost multi-hop
+#: questions (top-5 56% -> 51%). The answer's cap is not measured by LoCoMo (its answers are acknowledgements).
+EMBED_TOKENS = 48
+CONTEXT_TOKENS = 80
+#: CJK characters are a token each for e5's tokenizer; other text is about 3.8 characters a token (LoCoMo).
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CHARS_PER_TOKEN = 3.5
 #: The share of the better neighbouring exchange's similarity added to an exchange's own (bench/memory_locomo_app.py).
 NEIGHBOUR_WEIGHT = 0.8
 #: Candidates each ranking brings to the fusion.
@@ -77,8 +83,25 @@ def has_content(body: str) -> bool:
     return any(term not in FILLER and _LETTERS.search(term) for term in terms(body))
 
 
-def _flat(content: object, width: int) -> str:
-    return " ".join(message_text(content).split())[:width]
+def cut_tokens(text: str, tokens: int) -> str:
+    """The head of ``text`` that holds about ``tokens`` of the model's tokens (a CJK character is one, other
+    characters :data:`_CHARS_PER_TOKEN` to a token), cut at a space when one is near the end."""
+    if len(text) <= tokens:
+        return text
+    cjk = len(_CJK.findall(text))
+    if cjk + (len(text) - cjk) / _CHARS_PER_TOKEN <= tokens:
+        return text
+    budget = float(tokens)
+    for end, char in enumerate(text):
+        budget -= 1.0 if _CJK.match(char) else 1 / _CHARS_PER_TOKEN
+        if budget < 0:
+            space = text.rfind(" ", 0, end)
+            return text[:space] if space > end * 4 // 5 else text[:end]
+    return text
+
+
+def _flat(content: object, tokens: int) -> str:
+    return cut_tokens(" ".join(message_text(content).split()), tokens)
 
 
 def embed_texts(waiting: list[mv.PendingMessage]) -> list[tuple[mv.PendingMessage, str]]:
@@ -92,12 +115,12 @@ def embed_texts(waiting: list[mv.PendingMessage]) -> list[tuple[mv.PendingMessag
     for message in waiting:
         if message.id in covered:
             continue
-        body = _flat(message.content, EMBED_CHARS)
+        body = _flat(message.content, EMBED_TOKENS)
         if message.role == "user":
             answer = message.next if message.next is not None and message.next.role == "assistant" else None
             text = body if has_content(body) else ""
             if answer is not None and not answer.indexed:
-                reply = _flat(answer.content, CONTEXT_CHARS)
+                reply = _flat(answer.content, CONTEXT_TOKENS)
                 if has_content(reply):
                     text = f"{body}\n{reply}" if body else reply
                 rows.append((message, text))
@@ -110,7 +133,7 @@ def embed_texts(waiting: list[mv.PendingMessage]) -> list[tuple[mv.PendingMessag
             rows.append((message, ""))
             continue
         question = message.previous
-        context = _flat(question.content, CONTEXT_CHARS) if question is not None else ""
+        context = _flat(question.content, CONTEXT_TOKENS) if question is not None else ""
         rows.append((message, f"{context}\n{body}" if context else body))
     return rows
 
@@ -181,7 +204,8 @@ class HistoryIndex:
         #: the settings the embedder was built from (the memory_index plugin compares them)
         self.embedder_settings: tuple[str, str, str] | None = None
         self._cache: OrderedDict[str, SessionVectors] = OrderedDict()
-        self._lock = asyncio.Lock()
+        #: one lock per session being read: three chats' first searches read their own sessions side by side
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         #: the model whose name the stored vectors were last checked against (those of another are deleted)
@@ -232,13 +256,26 @@ class HistoryIndex:
             return 0
         planned = embed_texts(waiting)
         full = [i for i, (_, t) in enumerate(planned) if t]
-        vectors = await embedder.embed([planned[i][1] for i in full]) if full else np.zeros((0, 0), dtype=np.float32)
+        vectors = await self._embed([planned[i][1] for i in full]) if full else np.zeros((0, 0), dtype=np.float32)
         q8, scales = quantise(vectors) if full else (np.zeros((0, 0), dtype=np.int8), np.zeros(0, dtype=np.float32))
         rows: list[tuple[mv.PendingMessage, float, bytes]] = [(m, 0.0, b"") for m, _ in planned]
         for row, i in enumerate(full):
             rows[i] = (planned[i][0], float(scales[row]), q8[row].tobytes())
         await self.store.run(mv.save, embedder.name, rows)
         return len(rows)
+
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        """The passages' vectors; with the local model one text per call into its thread, and a search that
+        starts meanwhile goes first (memory/priority.py): a batch in flight holds the engine for one text
+        (~50 ms of CPU), not for the whole batch, beside a question's embedding."""
+        assert self.embedder is not None
+        if not isinstance(self.embedder, LocalEmbedder):
+            return await self.embedder.embed(texts)
+        parts = []
+        for text in texts:
+            await self.priority.wait_turn()
+            parts.append(await self.embedder.embed([text]))
+        return np.concatenate(parts)
 
     async def catch_up(self) -> int:
         """Index every message without a vector now (tests, benchmarks); the messages handled."""
@@ -290,22 +327,35 @@ class HistoryIndex:
         if cached is not None and cached.low_id == low and cached.high_id == high:
             self._cache.move_to_end(session_id)
             return cached
-        async with self._lock:
-            cached = self._cache.get(session_id)
-            if cached is None or cached.low_id != low:
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._read_vectors(session_id, low, high)
+        finally:
+            lock, users = self._locks[session_id]
+            if users > 1:
+                self._locks[session_id] = (lock, users - 1)
+            else:
+                del self._locks[session_id]
+
+    async def _read_vectors(self, session_id: str, low: int, high: int) -> SessionVectors:
+        """Read the session's vectors added since its cached matrix (all of them the first time)."""
+        cached = self._cache.get(session_id)
+        if cached is None or cached.low_id != low:
+            cached = SessionVectors(0)
+        rows = await self.store.database.run_long(mv.load, session_id, self.model_name, cached.high_id)
+        if rows.vectors and len(rows.vectors[0]) != cached.dim:
+            if cached.size:  # another model's width (a change of model): read them all again
                 cached = SessionVectors(0)
-            rows = await self.store.database.run_long(mv.load, session_id, self.model_name, cached.high_id)
-            if rows.vectors and len(rows.vectors[0]) != cached.dim:
-                if cached.size:  # another model's width (a change of model): read them all again
-                    cached = SessionVectors(0)
-                    rows = await self.store.database.run_long(mv.load, session_id, self.model_name, 0)
-                cached.dim = len(rows.vectors[0]) if rows.vectors else 0
-            await asyncio.to_thread(cached.extend, rows)
-            cached.low_id, cached.high_id = low, max(high, cached.high_id)
-            self._cache[session_id] = cached
-            self._cache.move_to_end(session_id)
-            while len(self._cache) > 1 and sum(v.nbytes for v in self._cache.values()) > CACHE_BYTES:
-                self._cache.popitem(last=False)
+                rows = await self.store.database.run_long(mv.load, session_id, self.model_name, 0)
+            cached.dim = len(rows.vectors[0]) if rows.vectors else 0
+        await asyncio.to_thread(cached.extend, rows)
+        cached.low_id, cached.high_id = low, max(high, cached.high_id)
+        self._cache[session_id] = cached
+        self._cache.move_to_end(session_id)
+        while len(self._cache) > 1 and sum(v.nbytes for v in self._cache.values()) > CACHE_BYTES:
+            self._cache.popitem(last=False)
         return cached
 
     def forget(self, session_id: str) -> None:

@@ -8,7 +8,7 @@ keyword half of the search finds them; ``/memory rebuild`` embeds them again fro
 model changes (a new local model after an upgrade, or another ``memory_embedding_model``), the search
 embeds the session's passages again from their stored text, a batch per search (:meth:`MemoryIndex.refresh`).
 
-All statements run through ``store.run(fn)``: one sync SQLAlchemy connection function per transaction.
+The SQL is store/chunks.py's, run through ``store.run(fn)``: one transaction each.
 """
 
 from __future__ import annotations
@@ -16,25 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
-from sqlalchemy.engine import Connection
-
 from memory.daily import LONG_TERM_FILE, DailyMemory, valid_date
 from memory.embeddings import BaseEmbedder, to_bytes
-from store.models import MemoryChunkRow, utcnow
+from store import chunks
+from store.chunks import ChunkRow, delete_session_chunks
+from store.models import utcnow
 
 if TYPE_CHECKING:
     from store.store import Store
 
 logger = logging.getLogger(__name__)
-
-_CHUNKS = MemoryChunkRow.__table__
-_C = _CHUNKS.c
 
 #: Longest passage, in characters; a longer line is cut at sentence ends (or hard, if it has none).
 CHUNK_CHARS = 500
@@ -82,90 +76,6 @@ def date_of(source: str) -> str:
     return match.group(1) if match and valid_date(match.group(1)) else ""
 
 
-@dataclass(frozen=True)
-class ChunkRow:
-    """One stored passage as the search reads it."""
-
-    id: int
-    source: str
-    kind: str
-    text: str
-    model: str
-    dim: int
-    vector: bytes | None
-
-
-# --- transaction functions (run by store.run) -------------------------------------------------------------
-def delete_session_chunks(conn: Connection, session_ids: Iterable[str]) -> int:
-    """Delete the index of these sessions; return how many passages went (for cleanup and /forget)."""
-    ids = list(session_ids)
-    if not ids:
-        return 0
-    return conn.execute(delete(_CHUNKS).where(_C.session_id.in_(ids))).rowcount or 0
-
-
-def _insert_new(conn: Connection, session_id: str, rows: list[dict[str, Any]]) -> int:
-    """Insert the rows whose text this session has not indexed yet; return how many."""
-    texts = list({r["text"] for r in rows})
-    seen: set[str] = set()
-    for start in range(0, len(texts), 500):
-        seen.update(conn.execute(select(_C.text).where(
-            _C.session_id == session_id, _C.text.in_(texts[start:start + 500]))).scalars())
-    fresh: list[dict[str, Any]] = []
-    for row in rows:
-        if row["text"] not in seen:
-            seen.add(row["text"])
-            fresh.append(row)
-    if fresh:
-        conn.execute(insert(_CHUNKS), fresh)
-    return len(fresh)
-
-
-def _replace(conn: Connection, session_id: str, rows: list[dict[str, Any]]) -> tuple[int, int]:
-    removed = delete_session_chunks(conn, [session_id])
-    return removed, _insert_new(conn, session_id, rows)
-
-
-def _stamp(conn: Connection, session_id: str) -> tuple[int, int]:
-    """``(count, max id)`` of a session's passages: changes whenever a passage is added or deleted."""
-    count, top = conn.execute(select(func.count(), func.max(_C.id)).where(_C.session_id == session_id)).one()
-    return int(count or 0), int(top or 0)
-
-
-def _load(conn: Connection, session_id: str) -> list[ChunkRow]:
-    rows = conn.execute(select(_C.id, _C.source, _C.kind, _C.text, _C.model, _C.dim, _C.vector)
-                        .where(_C.session_id == session_id).order_by(_C.id))
-    return [ChunkRow(*row) for row in rows]
-
-
-def _set_vectors(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Store new vectors (``row_id``, ``new_model``, ``new_dim``, ``new_vector``) for existing passages."""
-    conn.execute(update(_CHUNKS).where(_C.id == bindparam("row_id")).values(
-        model=bindparam("new_model"), dim=bindparam("new_dim"), vector=bindparam("new_vector")), rows)
-def _sync_source(conn: Connection, session_id: str, source: str, texts: list[str]) -> tuple[int, list[str]]:
-    """Delete the passages of ``source`` it no longer holds; return ``(deleted, texts not indexed yet)``."""
-    stored = conn.execute(select(_C.id, _C.text).where(_C.session_id == session_id, _C.source == source)).all()
-    wanted = set(texts)
-    stale = [row_id for row_id, text in stored if text not in wanted]
-    for start in range(0, len(stale), 500):
-        conn.execute(delete(_CHUNKS).where(_C.id.in_(stale[start:start + 500])))
-    seen: set[str] = set()
-    for start in range(0, len(texts), 500):
-        seen.update(conn.execute(select(_C.text).where(
-            _C.session_id == session_id, _C.text.in_(texts[start:start + 500]))).scalars())
-    return len(stale), [t for t in texts if t not in seen]
-
-
-def _drop_sources(conn: Connection, session_id: str, keep: list[str]) -> int:
-    """Delete the passages of files that are gone (any source not in ``keep``)."""
-    return conn.execute(delete(_CHUNKS).where(_C.session_id == session_id, _C.source.not_in(keep))).rowcount or 0
-
-
-def _models(conn: Connection, session_id: str) -> dict[str, int]:
-    rows = conn.execute(select(_C.model, func.count()).where(_C.session_id == session_id).group_by(_C.model))
-    return {model: int(n) for model, n in rows}
-
-
 class MemoryIndex:
     """One process's access to the index: embeds passages with ``embedder`` (None: keywords only)."""
 
@@ -210,7 +120,7 @@ class MemoryIndex:
         items = [(source, kind, chunk) for chunk in dict.fromkeys(chunk_text(text))]
         if not items:
             return 0
-        added = await self.store.run(_insert_new, session_id, await self._rows(session_id, items))
+        added = await self.store.run(chunks.insert_new, session_id, await self._rows(session_id, items))
         logger.debug("session %s: indexed %d new passages from %s", session_id, added, source)
         return added
 
@@ -232,7 +142,7 @@ class MemoryIndex:
             items.extend((path.name, kind, chunk) for chunk in dict.fromkeys(chunk_text(text)))
         self.forget(session_id)
         rows = await self._rows(session_id, items)
-        removed, indexed = await self.store.run(_replace, session_id, rows)
+        removed, indexed = await self.store.run(chunks.replace_session, session_id, rows)
         logger.info("session %s: memory index rebuilt (%d passages, was %d)", session_id, indexed, removed)
         return removed, indexed
 
@@ -243,7 +153,7 @@ class MemoryIndex:
         if self.embedder is None or not rows:
             return 0
         vectors = await self.embedder.embed([row.text for row in rows])
-        await self.store.run(_set_vectors, [
+        await self.store.run(chunks.set_vectors, [
             {"row_id": row.id, "new_model": self.model_name, "new_dim": int(vector.shape[0]),
              "new_vector": to_bytes(vector)} for row, vector in zip(rows, vectors, strict=True)])
         return len(rows)
@@ -269,17 +179,18 @@ class MemoryIndex:
             return 0
         changed = 0
         if before is None or set(before) - set(now):
-            changed += await self.store.run(_drop_sources, session_id, list(now))
+            changed += await self.store.run(chunks.drop_sources, session_id, list(now))
         for name, signature in now.items():
             if before is not None and before.get(name) == signature:
                 continue
             path = self.memory.session_dir(session_id) / name
             kind = "note" if name == LONG_TERM_FILE else "summary"
             text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
-            deleted, fresh = await self.store.run(_sync_source, session_id, name, list(dict.fromkeys(chunk_text(text))))
+            passages = list(dict.fromkeys(chunk_text(text)))
+            deleted, fresh = await self.store.run(chunks.sync_source, session_id, name, passages)
             items = [(name, kind, t) for t in fresh]
             rows = await self._rows(session_id, items, embed) if fresh else []
-            added = await self.store.run(_insert_new, session_id, rows) if fresh else 0
+            added = await self.store.run(chunks.insert_new, session_id, rows) if fresh else 0
             changed += deleted + added
         self._synced[session_id] = now
         if changed:
@@ -293,15 +204,15 @@ class MemoryIndex:
 
     async def stamp(self, session_id: str) -> tuple[int, int]:
         """A cheap version of the session's index (count and newest id)."""
-        return await self.store.run(_stamp, session_id)
+        return await self.store.run(chunks.stamp, session_id)
 
     async def load(self, session_id: str) -> list[ChunkRow]:
         """Every passage of the session, oldest first."""
-        return await self.store.run(_load, session_id)
+        return await self.store.run(chunks.load_session, session_id)
 
     async def models(self, session_id: str) -> dict[str, int]:
         """Passages per embedding model name (``""``: stored without a vector)."""
-        return await self.store.run(_models, session_id)
+        return await self.store.run(chunks.models, session_id)
 
     async def delete(self, session_id: str) -> int:
         """Delete the session's index; return how many passages went."""

@@ -269,7 +269,8 @@ def test_embed_texts_caps_the_message_and_its_answer() -> None:
     long, answer = "x" * 5000, mv.Neighbour(2, 2, "assistant", {"role": "assistant", "content": "y" * 900})
     message = mv.PendingMessage(1, A, 1, "user", {"role": "user", "content": long}, next=answer)
     (first, text), (second, empty) = embed_texts([message])
-    assert (first.id, text) == (1, "x" * hi.EMBED_CHARS + "\n" + "y" * hi.CONTEXT_CHARS)
+    capped = hi.cut_tokens(long, hi.EMBED_TOKENS) + "\n" + hi.cut_tokens("y" * 900, hi.CONTEXT_TOKENS)
+    assert (first.id, text) == (1, capped) and len(capped) < 1000
     assert (second.id, second.seq, empty) == (2, 2, "")
     done = mv.Neighbour(2, 2, "assistant", {"role": "assistant", "content": "y"}, indexed=True)
     assert embed_texts([mv.PendingMessage(1, A, 1, "user", "hello there friend", next=done)]) == [
@@ -348,3 +349,18 @@ async def test_a_stop_that_meets_a_wake_up_still_stops_the_indexer(store) -> Non
     await stop
     assert not swallowed, "the stop was swallowed: the indexer ran on"
     assert task.cancelled()
+
+
+def test_a_long_message_and_answer_cost_no_more_than_the_caps() -> None:
+    """By the model's own tokenizer: whatever their length (English, Chinese), the text embedded for an exchange
+    stays within the caps (plus the prefix and a few tokens of the estimate's error)."""
+    from memory.embeddings import load_local_model
+
+    engine = load_local_model().engine
+    english = " ".join(["yesterday my sister and I finally visited the old lighthouse near Porto"] * 60)
+    chinese = "我们昨天终于和妹妹一起去了波尔图附近的老灯塔，风景非常漂亮。" * 60
+    for body, reply in ((english, english), (chinese, chinese), (english, chinese)):
+        answer = mv.Neighbour(2, 2, "assistant", {"role": "assistant", "content": reply})
+        (_, text), _ = embed_texts([mv.PendingMessage(1, A, 1, "user", body, next=answer)])
+        assert engine.token_count(body, True) > 3 * (hi.EMBED_TOKENS + hi.CONTEXT_TOKENS)
+        assert engine.token_count(text, True) <= (hi.EMBED_TOKENS + hi.CONTEXT_TOKENS) * 1.15 + 4
