@@ -3,19 +3,21 @@ work items again, each in the session it was journalled in."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from channels.base import BaseChannel
 from core.messages import RESUMED, RESUMED_QUOTE, IncomingMessage
 from core.records import PendingIncoming
 from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, WorkItem, evaluate
+from dispatcher.intake import RecentIds, accept, evaluate
+from dispatcher.journal import journalled
+from dispatcher.queue import Ticket, journal_ticket
 from reminders.firing import REMINDER
-from store.conversations import ConversationStore
+from store.conversations import ConversationStore, database_unavailable
 
 if TYPE_CHECKING:
     from config.settings import Config
@@ -26,7 +28,7 @@ logger = logging.getLogger(__name__)
 async def pending_items(store: ConversationStore, cfg: Config, channels: Mapping[str, BaseChannel],
                         recent: RecentIds, live_ids: Callable[[], Awaitable[set[int]]] | None = None,
                         skip: Container[str] = (),
-                        ) -> AsyncIterator[WorkItem]:
+                        ) -> AsyncIterator[Ticket]:
     """Work items for every unanswered journal entry whose channel is running, oldest first.
 
     ``live_ids`` gives the journal ids of messages received live since start, which are queued already;
@@ -51,9 +53,7 @@ async def pending_items(store: ConversationStore, cfg: Config, channels: Mapping
         if live_ids is None and (msg.channel, msg.message_id) in recent:
             continue
         recent.add(msg.channel, msg.message_id)
-        item = await resumed_item(store, cfg, channel, row, answering(msg, channel))
-        item.reply = replies.get(row.id)
-        yield item
+        yield await resumed_item(store, cfg, channel, row, answering(msg, channel), reply=replies.get(row.id))
 
 
 #: The most of a question a resumed answer quotes, in characters.
@@ -80,8 +80,9 @@ def quote(text: str) -> str:
 
 
 async def resumed_item(store: ConversationStore, cfg: Config, channel: BaseChannel, row: PendingIncoming,
-                       msg: IncomingMessage) -> WorkItem:
-    """The work item of a journalled message, in the session it was journalled in."""
+                       msg: IncomingMessage, *, reply: str | None = None, resumed: bool = True) -> Ticket:
+    """The ticket of a journalled message, in the session it was journalled in, with the reply kept for it in the
+    outbox (if any): its journal value is known already."""
     info = session_for(msg, cfg)
     if info.session_id != row.session_id:
         # group_shared_session changed since the message was journalled: it stays in its own session.
@@ -90,9 +91,46 @@ async def resumed_item(store: ConversationStore, cfg: Config, channel: BaseChann
         await store.ensure_session(info)
     trigger = evaluate(msg, cfg, channel.bot_username, accepted=True)
     text = trigger.text if row.user_seq is None else ""  # else its user message is stored: the turn reads that
-    item = WorkItem(message=msg, info=info, text=text, command=trigger.command, inbox_id=row.id,
-                    user_seq=row.user_seq, resumed=True)
-    recorded = asyncio.get_running_loop().create_future()
-    recorded.set_result((row.id, row.user_seq))
-    item.recorded = recorded
-    return item
+    accepted = accept(msg, info, text, trigger.command)
+    return journal_ticket(accepted, journalled(accepted, row.id, row.user_seq, reply=reply, resumed=resumed))
+
+
+class JournalReader:
+    """The journal as claimed runs read it (dispatcher/claims.py ``JournalView``): several processes."""
+
+    def __init__(self, store: ConversationStore, config: Callable[[], Config], channels: Mapping[str, BaseChannel],
+                 claimed: Callable[[str], bool], recent: RecentIds, started_at: datetime,
+                 mark_done: Callable[[int], Awaitable[Any]]) -> None:
+        self.store, self.config, self._channels, self.claimed = store, config, channels, claimed
+        self.recent, self.started_at, self.mark_done = recent, started_at, mark_done
+
+    def channels(self) -> list[str]:
+        return [name for name in self._channels if self.claimed(name)]
+
+    async def claim_view(self, session_id: str) -> tuple[list[PendingIncoming], tuple[int, int] | None]:
+        return await self.store.claim_view(session_id, self.channels())
+
+    async def pending_sessions(self) -> list[str]:
+        return await self.store.pending_sessions(self.channels())
+
+    async def ticket(self, row: PendingIncoming) -> Ticket | None:
+        """A row read back as a ticket; one that cannot become a ticket is logged and marked answered, so the
+        sweep does not find it again every few seconds."""
+        try:
+            return await self._ticket(row)
+        except Exception as exc:
+            if database_unavailable(exc):
+                raise
+            logger.exception("message %d of session %s cannot be answered; dropped", row.id, row.session_id)
+            await self.mark_done(row.id)
+            return None
+
+    async def _ticket(self, row: PendingIncoming) -> Ticket | None:
+        msg = IncomingMessage.from_json(row.payload)
+        channel = self._channels.get(msg.channel)
+        if channel is None:
+            return None
+        self.recent.add(msg.channel, msg.message_id)
+        if msg.time.tzinfo is not None and msg.time < self.started_at:
+            msg = answering(msg, channel)  # sent before this process started: its answer comes after a restart
+        return await resumed_item(self.store, self.config(), channel, row, msg, reply=row.reply)
