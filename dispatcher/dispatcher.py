@@ -12,9 +12,7 @@ unanswered (live intake is held until it has); with several processes on one Pos
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -23,6 +21,7 @@ from agent.loop import Agent
 from agent.session import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
+from core.records import SessionInfo
 from dispatcher.admins import Admins
 from dispatcher.answering import MessagePath
 from dispatcher.background import GroupBackground
@@ -30,13 +29,12 @@ from dispatcher.claims import SessionClaims
 from dispatcher.commands import CommandRegistry
 from dispatcher.db_retry import DB_RETRY_DELAY
 from dispatcher.hooks import MessageHooks
-from dispatcher.identity import session_for
-from dispatcher.intake import RecentIds, accept, evaluate, report_ignored
+from dispatcher.intake import RecentIds, take
 from dispatcher.journal import Journalled, JournalWriter
 from dispatcher.outbox import Outbox
 from dispatcher.queue import SessionQueue, Ticket
 from dispatcher.replies import STILL_WORKING_AFTER, with_prefix
-from dispatcher.resume import JournalReader, pending_items, resumed_item
+from dispatcher.resume import HeldIntake, JournalReader, kept_reply_ticket, resume
 from dispatcher.steps import STEPS, Step
 from media.intake import MediaIntake
 from store.conversations import ConversationStore, PendingIncoming
@@ -99,9 +97,8 @@ class Dispatcher:
         #: what groups say without asking the bot (DESIGN §1.3)
         self.background = GroupBackground(store)
         self._stopping = False
-        #: while not None, live messages are journalled but wait here until crash resume has queued the
-        #: journal's unanswered ones
-        self._held: list[Ticket] | None = None
+        #: live messages journalled while crash resume has not queued the journal's unanswered ones yet
+        self.held = HeldIntake()
         self.journal = JournalWriter(store, sessions, self.hooks)
         #: reminders sent here are noted in their session's history (reminders/firing.py)
         self.reminders = Reminders(store)
@@ -129,11 +126,6 @@ class Dispatcher:
     def shared(self) -> bool:
         """True when other processes may answer this database's sessions too (DESIGN §10)."""
         return self.locks.shared
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`drain` began."""
-        return self._stopping
 
     def claimed(self, channel: str) -> bool:
         """True when the channel's messages are answered through claims (several processes, and a channel
@@ -163,47 +155,23 @@ class Dispatcher:
         self._accept(msg)
 
     def _accept(self, msg: IncomingMessage) -> Ticket | None:
-        """Decide synchronously whether to act, and queue the message in arrival order."""
-        cfg = self.config()
-        channel = self.channels.get(msg.channel)
-        bot_username = channel.bot_username if channel else ""
-        trigger = evaluate(msg, cfg, bot_username)
-        if not trigger.act:
-            if trigger.background is not None:
-                self._keep_background(msg, trigger.background)
-            report_ignored(msg, trigger, channel)
+        """Decide synchronously whether to act (dispatcher/intake.py), start the journal write and queue the
+        message in arrival order; taken while stopping, it is journalled and answered after the restart."""
+        accepted = take(msg, self.config(), self.channels.get(msg.channel), self.recent, self.background,
+                        self._idle)
+        if accepted is None:
             return None
-        text, command = trigger.text, trigger.command
-        if msg.message_id:
-            if self.recent.seen(msg.channel, msg.message_id):
-                logger.info("duplicate %s message %s ignored", msg.channel, msg.message_id)
-                return None
-        else:
-            msg = dataclasses.replace(msg, message_id=uuid.uuid4().hex)
-        if msg.is_group and command is None and cfg.group_context_messages > 0:
-            msg = self.background.mark(msg)  # the background shown with it ends here
-        info = session_for(msg, cfg)
-        # No queued or running work for this session: nothing can append to it before this turn starts.
-        # (While intake is held, resumed messages not yet queued may still append theirs.)
-        # With other processes, another one may be in this session's turn: the user message waits for its own.
-        accepted = accept(msg, info, text, command, store_user=(
-            command is None and msg.content_type == "text" and not self._stopping and not self.shared
-            and self._held is None and not self.queue.appending(info.session_id)))
-        # Shutting down: journal it (the platform will not deliver it again) and answer after the restart.
-        item = Ticket(accepted, self.journal.write(accepted, late=self._stopping, then=lambda j: self._journalled(
-            item, j)))
-        if self._stopping:
-            return item
-        if self._held is not None:
-            self._held.append(item)
-            return item
-        self.queue.enqueue(item)
-        return item
+        ticket = Ticket(accepted, self.journal.write(accepted, late=self._stopping, then=lambda j: self._journalled(
+            ticket, j)))
+        if not self._stopping and not self.held.keep(ticket):
+            self.queue.enqueue(ticket)
+        return ticket
 
-    def _keep_background(self, msg: IncomingMessage, text: str) -> None:
-        """Store an untriggered group message as its group's background (DESIGN §1.3), once per delivery."""
-        if not (msg.message_id and self.recent.seen(msg.channel, msg.message_id)):
-            self.background.keep(msg, text)
+    def _idle(self, msg: IncomingMessage, info: SessionInfo) -> bool:
+        """No queued or running work for this session: nothing can append to it before this turn starts (while
+        intake is held, resumed messages not yet queued may; with other processes, another one may be in
+        this session's turn: the user message waits for its own)."""
+        return not (self._stopping or self.shared or self.held.holding or self.queue.appending(info.session_id))
 
     async def intake_settled(self) -> None:
         """Wait until every message taken so far is journalled (or refused by the database).
@@ -219,35 +187,15 @@ class Dispatcher:
 
     # --- crash resume --------------------------------------------------------------------
     def hold_intake(self) -> None:
-        """Until :meth:`resume_pending` has run, journal live messages but queue none of them.
-
-        Called before the channels start. A platform redelivers what a killed process fetched but never
-        confirmed: queued at once, such a message found its journal row (a duplicate, ignored) while resume
-        skipped the row as "arrived live" (lost), and a session's new messages overtook its resumed ones
-        (answered out of order). Held messages are journalled at once all the same: the platform counts
-        them as delivered.
-        """
-        if self._held is None:
-            self._held = []
+        """Until :meth:`resume_pending` has run, journal live messages but queue none of them (called before the
+        channels start; dispatcher/resume.py :class:`~dispatcher.resume.HeldIntake` says why)."""
+        self.held.hold()
 
     async def resume_pending(self) -> int:
-        """Queue every message that was stored but never answered (crash, kill -9, shutdown mid-turn),
-        then the held live messages, in arrival order, behind them."""
-        # With several processes, the claimed channels' messages are answered by claimed runs of their
-        # sessions instead (in journal order, so resumed and live messages cannot overtake each other).
-        own = {name: c for name, c in self.channels.items() if not self.claimed(name)}
-        count = 0
-        try:
-            live_ids = self._live_ids if self._held is not None else None
-            if own:
-                async for item in pending_items(self.store, self.config(), own, self.recent, live_ids,
-                                                skip=set(self.channels) - set(own)):
-                    self.queue.enqueue(item)
-                    count += 1
-        finally:
-            held, self._held = self._held, None
-            for item in held or ():
-                self.queue.enqueue(item)  # one that a resumed item answers resolves as a journal duplicate
+        """Queue every message that was stored but never answered, then the held live ones behind them; with
+        several processes, start claiming the sessions with unanswered messages."""
+        count = await resume(self.store, self.config(), self.channels, self.claimed, self.recent, self.held,
+                             self.queue.enqueue)
         if count:
             logger.info("resuming %d unanswered message(s)", count)
         if self.shared:
@@ -257,26 +205,13 @@ class Dispatcher:
                 logger.info("%d session(s) with unanswered messages to claim", claimed)
         return count
 
-    async def _live_ids(self) -> set[int]:
-        """Journal ids of the messages received live since start (their journal writes awaited)."""
-        held = list(self._held or ())
-        written = await asyncio.gather(*(ticket.recorded for ticket in held), return_exceptions=True)
-        return {j.inbox_id for j in written if isinstance(j, Journalled)}
-
     async def answer_journalled(self, row: PendingIncoming) -> None:
         """Send a journal row whose reply was kept outside intake (a reminder that fell due) like a resumed one:
         on its session's worker, in order with its turns; with several processes, through a claimed run."""
-        msg = IncomingMessage.from_json(row.payload)
-        if self.claimed(msg.channel):
+        if self.claimed(IncomingMessage.from_json(row.payload).channel):
             self.queue.poke(row.session_id)
-            return
-        channel = self.channels.get(msg.channel)
-        if channel is None:  # it stays pending: sent at a start where its channel runs
-            logger.warning("journal row %d: channel %s is not running here", row.id, msg.channel)
-            return
-        self.recent.add(msg.channel, msg.message_id)
-        self.queue.enqueue(await resumed_item(self.store, self.config(), channel, row, msg, reply=row.reply,
-                                              resumed=False))
+        elif ticket := await kept_reply_ticket(self.store, self.config(), self.channels, self.recent, row):
+            self.queue.enqueue(ticket)
 
     # --- output --------------------------------------------------------------------------
     async def send(self, msg: IncomingMessage, text: str) -> None:

@@ -6,15 +6,20 @@ queued in arrival order; the journal write (:func:`journal_payload` is what it s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.messages import IncomingMessage
 from core.records import SessionInfo
+from dispatcher.background import GroupBackground
 from dispatcher.commands import CommandObject, parse_command, secret_free
+from dispatcher.identity import session_for
 from dispatcher.triggers import group_allowed, triggered_text
 
 if TYPE_CHECKING:
@@ -49,6 +54,29 @@ class Accepted:
     #: the user message goes into the journal entry's transaction (the session was idle on arrival, so nothing
     #: can append to it before this turn starts); what happened is then the journal value's ``intake``
     store_user: bool = False
+
+
+def take(msg: IncomingMessage, cfg: Config, channel: Any, recent: RecentIds, background: GroupBackground,
+         store_user: Callable[[IncomingMessage, SessionInfo], bool]) -> Accepted | None:
+    """Live intake's decision, synchronous so that messages queue in arrival order: the :class:`Accepted` value
+    of a message the bot acts on, or None (ignored, kept as its group's background, or a duplicate delivery).
+    ``store_user`` says whether its session is idle, so its user message goes in with its journal entry."""
+    trigger = evaluate(msg, cfg, channel.bot_username if channel else "")
+    if not trigger.act:
+        if trigger.background is not None and not (msg.message_id and recent.seen(msg.channel, msg.message_id)):
+            background.keep(msg, trigger.background)  # once per delivery (DESIGN §1.3)
+        report_ignored(msg, trigger, channel)
+        return None
+    if not msg.message_id:
+        msg = dataclasses.replace(msg, message_id=uuid.uuid4().hex)
+    elif recent.seen(msg.channel, msg.message_id):
+        logger.info("duplicate %s message %s ignored", msg.channel, msg.message_id)
+        return None
+    if msg.is_group and trigger.command is None and cfg.group_context_messages > 0:
+        msg = background.mark(msg)  # the background shown with it ends here
+    info = session_for(msg, cfg)
+    return accept(msg, info, trigger.text, trigger.command, store_user=(
+        trigger.command is None and msg.content_type == "text" and store_user(msg, info)))
 
 
 def accept(msg: IncomingMessage, info: SessionInfo, text: str, command: CommandObject | None, *,

@@ -3,6 +3,7 @@ work items again, each in the session it was journalled in."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping
@@ -14,7 +15,7 @@ from core.messages import RESUMED, RESUMED_QUOTE, IncomingMessage
 from core.records import PendingIncoming
 from dispatcher.identity import session_for
 from dispatcher.intake import RecentIds, accept, evaluate
-from dispatcher.journal import journalled
+from dispatcher.journal import Journalled, journalled
 from dispatcher.queue import Ticket, journal_ticket
 from reminders.firing import REMINDER
 from store.conversations import ConversationStore, database_unavailable
@@ -134,3 +135,75 @@ class JournalReader:
         if msg.time.tzinfo is not None and msg.time < self.started_at:
             msg = answering(msg, channel)  # sent before this process started: its answer comes after a restart
         return await resumed_item(self.store, self.config(), channel, row, msg, reply=row.reply)
+
+
+class HeldIntake:
+    """Until crash resume has queued the journal's unanswered messages, live ones are journalled but held here.
+
+    Held from before the channels start: a platform redelivers what a killed process fetched but never
+    confirmed. Queued at once, such a message found its journal row (a duplicate, ignored) while resume skipped
+    the row as "arrived live" (lost), and a session's new messages overtook its resumed ones (answered out of
+    order). Held messages are journalled at once all the same: the platform counts them as delivered.
+    """
+
+    def __init__(self) -> None:
+        self._tickets: list[Ticket] | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self._tickets is not None
+
+    def hold(self) -> None:
+        if self._tickets is None:
+            self._tickets = []
+
+    def keep(self, ticket: Ticket) -> bool:
+        """Hold ``ticket`` if intake is held (True)."""
+        if self._tickets is None:
+            return False
+        self._tickets.append(ticket)
+        return True
+
+    async def live_ids(self) -> set[int]:
+        """Journal ids of the messages received live since start (their journal writes awaited)."""
+        written = await asyncio.gather(*(t.recorded for t in list(self._tickets or ())), return_exceptions=True)
+        return {j.inbox_id for j in written if isinstance(j, Journalled)}
+
+    def release(self) -> list[Ticket]:
+        """Stop holding; the tickets held, in arrival order."""
+        held, self._tickets = self._tickets, None
+        return held or []
+
+
+async def resume(store: ConversationStore, cfg: Config, channels: Mapping[str, BaseChannel],
+                 claimed: Callable[[str], bool], recent: RecentIds, held: HeldIntake,
+                 enqueue: Callable[[Ticket], None]) -> int:
+    """Queue every message that was journalled but never answered (crash, kill -9, shutdown mid-turn), then the
+    held live messages, in arrival order, behind them; return how many were resumed. With several processes,
+    the claimed channels' messages are left to claimed runs of their sessions (in journal order, so resumed
+    and live messages cannot overtake each other)."""
+    own = {name: c for name, c in channels.items() if not claimed(name)}
+    count = 0
+    try:
+        live_ids = held.live_ids if held.holding else None
+        if own:
+            async for ticket in pending_items(store, cfg, own, recent, live_ids, skip=set(channels) - set(own)):
+                enqueue(ticket)
+                count += 1
+    finally:
+        for ticket in held.release():
+            enqueue(ticket)  # one that a resumed message answers resolves as a journal duplicate
+    return count
+
+
+async def kept_reply_ticket(store: ConversationStore, cfg: Config, channels: Mapping[str, BaseChannel],
+                            recent: RecentIds, row: PendingIncoming) -> Ticket | None:
+    """The ticket of a journal row whose reply was kept outside intake (a reminder that fell due): sent like a
+    resumed one; None when its channel is not running here (it stays pending until a start where it is)."""
+    msg = IncomingMessage.from_json(row.payload)
+    channel = channels.get(msg.channel)
+    if channel is None:
+        logger.warning("journal row %d: channel %s is not running here", row.id, msg.channel)
+        return None
+    recent.add(msg.channel, msg.message_id)
+    return await resumed_item(store, cfg, channel, row, msg, reply=row.reply, resumed=False)
