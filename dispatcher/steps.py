@@ -120,6 +120,11 @@ class Answer:
         return self.reply is not None and self.reply == self.kept_reply
 
 
+def answered(outcome: str, reply: str | None, tool_calls: int = 0) -> Answer:
+    """An :class:`Answer`, for a step declared elsewhere (a test's, an embedding's)."""
+    return Answer(outcome, reply, tool_calls)
+
+
 def kept_answer(j: Journalled) -> Answer:
     """A resumed message whose reply was kept in the outbox before a crash: sent, not made again."""
     return Answer("kept reply", j.reply, kept_reply=j.reply)

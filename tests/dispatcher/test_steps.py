@@ -13,6 +13,7 @@ from dispatcher.steps import (
     Next,
     agent_turn,
     answer,
+    answered,
     cap_before_media,
     command,
     media_note,
@@ -32,7 +33,7 @@ async def test_a_new_rule_is_one_step_and_answers_before_the_agent(tmp_path) -> 
     async def no_secrets(a: Answering, next: Next) -> Answer:  # noqa: A002
         seen.append(a.kind)
         if "secret" in a.text:
-            return Answer("refused (a secret)", "Not here, please.")
+            return answered("refused (a secret)", "Not here, please.")
         return await next(a)
 
     async with Bot(tmp_path) as bot:
