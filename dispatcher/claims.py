@@ -9,7 +9,7 @@ one at a time, in journal order. A claimed run:
 2. drops the session's in-memory context when the stored session moved on (another process answered it
    meanwhile), so the turn sees what was said there;
 3. answers the session's pending messages oldest first, the ones this process received through their
-   live work items (streaming, the stored user message) and the others from the journal, like crash resume;
+   live tickets (streaming, the stored user message) and the others from the journal, like crash resume;
 4. releases the lock and looks once more: a message journalled by another process while the lock was held
    found it taken, so its process left it to this one.
 
@@ -18,7 +18,8 @@ messages are found by the other processes' sweep (every :data:`SWEEP_INTERVAL` s
 reply the dead process had kept in the outbox is sent as it was instead of running the turn again.
 
 On SQLite (one process, :class:`store.locks.LocalLocks`) none of this runs: the dispatcher queues live
-items directly.
+tickets directly. :class:`SessionClaims` is given what it uses, not the dispatcher: the session queue (to
+poke a session), a view of the journal (:class:`JournalView`) and the callable that answers one message.
 """
 
 from __future__ import annotations

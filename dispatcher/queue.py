@@ -66,7 +66,7 @@ def journal_ticket(accepted: Accepted, value: Recorded) -> Ticket:
 
 
 class Poke:
-    """A work item that only asks its session's worker to run a claimed run (several processes)."""
+    """A queue entry that only asks its session's worker to run a claimed run (several processes)."""
 
     __slots__ = ()
 

@@ -1,5 +1,5 @@
 """Crash resume: the messages journalled but never answered (crash, kill -9, shutdown mid-turn) become
-work items again, each in the session it was journalled in."""
+tickets again, each in the session it was journalled in."""
 
 from __future__ import annotations
 

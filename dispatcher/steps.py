@@ -145,7 +145,8 @@ async def reply_hooks(a: Answering, next: Next) -> Answer:  # noqa: A002 - the m
     done = await next(a)
     if not done.reply:
         return done
-    return dataclasses.replace(done, reply=await a.parts.hooks.after_reply(a.accepted.message, done.reply))
+    reply = await a.parts.hooks.after_reply(a.accepted.message, done.reply)
+    return done if reply == done.reply else dataclasses.replace(done, reply=reply)
 
 
 async def command(a: Answering, next: Next) -> Answer:  # noqa: A002 - the middleware's usual name
