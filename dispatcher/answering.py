@@ -23,7 +23,7 @@ from dispatcher.db_retry import CLAIM_LOST, DB_RETRIES, journal_write, wait_for_
 from dispatcher.intake import MEDIA_KINDS, Accepted
 from dispatcher.journal import Journalled, JournalWriter
 from dispatcher.outbox import Outbox
-from dispatcher.queue import Poke, SessionQueue, Ticket
+from dispatcher.queue import Poke, SessionQueue, Stage, Ticket
 from dispatcher.replies import Presence, StreamedReply, error_reply, open_stream, with_prefix
 from dispatcher.steps import Answer, Parts, Step, answer, answering, failed_answer, kept_answer
 from media.intake import Prepared
@@ -78,7 +78,7 @@ class MessagePath:
 
     async def _run(self, session_id: str, ticket: Ticket) -> None:
         d, msg = self.d, ticket.accepted.message
-        if ticket.stage:  # a claimed run of its session answered it already
+        if ticket.stage is not Stage.QUEUED:  # a claimed run of its session answered it already
             return
         try:
             j = await journal_write(ticket, lambda: d.journal.record(ticket.accepted), d.db_retry_delay)
@@ -91,6 +91,7 @@ class MessagePath:
                 await d.claims.run(session_id)
             return
         if d.claimed(msg.channel):
+            d.claims.received(ticket, j)  # (again, for a write tried again after a database outage)
             await d.claims.run(session_id)
             return
         if ticket.take():

@@ -89,12 +89,10 @@ class SessionClaims:
         self.local[j.inbox_id] = ticket
 
     def done(self, ticket: Ticket) -> None:
-        """Its worker is done with the ticket."""
-        recorded = ticket.recorded
-        if recorded.done() and not recorded.cancelled() and recorded.exception() is None:
-            j = recorded.result()
-            if j is not None and self.local.get(j.inbox_id) is ticket:
-                del self.local[j.inbox_id]
+        """Its worker is done with the ticket (a few in flight at most: the scan is short, and empty on SQLite)."""
+        if self.local:
+            for inbox_id in [i for i, t in self.local.items() if t is ticket]:
+                del self.local[inbox_id]
 
     # --- one claimed run --------------------------------------------------------------------
     async def run(self, session_id: str) -> int:
