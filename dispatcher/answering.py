@@ -95,11 +95,13 @@ class MessagePath:
             await d.claims.run(session_id)
             return
         if ticket.take():
-            await self.answer(j)
+            await self.answer(ticket)
 
-    async def answer(self, j: Journalled) -> None:
+    async def answer(self, ticket: Ticket) -> None:
         """Answer one message whose ticket this run has taken (:meth:`Ticket.take`), and deliver its answer."""
-        d, item = self.d, j.accepted
+        d, item = self.d, ticket.accepted
+        j = await ticket.recorded
+        assert j is not None
         started = time.perf_counter()
         streamed: StreamedReply | None = None
         retries = 0
@@ -121,6 +123,7 @@ class MessagePath:
                 return
             if retries > DB_RETRIES:
                 done = failed_answer(failure, error_reply(item.info.session_id, failure, d.config()))
+        d.queue.turn_finished(ticket)  # it appends nothing more: the session's next message may be stored at intake
         # The message is done only once the platform accepted its reply (dispatcher/outbox.py). A streamed
         # reply's final edit carries the hooked, prefixed text; with nothing shown yet it is one send.
         reply, outcome = done.reply, done.outcome

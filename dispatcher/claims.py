@@ -68,7 +68,7 @@ class SessionClaims:
     """Claimed runs of sessions, for a dispatcher whose locks are shared with other processes."""
 
     def __init__(self, *, locks: Locks, sessions: SessionManager, queue: SessionQueue, journal: JournalView,
-                 answer: Callable[[Journalled], Awaitable[None]], stopping: Callable[[], bool]) -> None:
+                 answer: Callable[[Ticket], Awaitable[None]], stopping: Callable[[], bool]) -> None:
         self.locks = locks
         self.sessions = sessions
         self.queue = queue
@@ -127,7 +127,7 @@ class SessionClaims:
                     ticket = self.local.get(row.id) or await self.journal.ticket(row)
                     if ticket is None or not ticket.take():  # none, or answered already
                         continue
-                    await self.answer(await ticket.recorded)
+                    await self.answer(ticket)
                     answered += 1
         finally:
             await self.locks.release(name)

@@ -90,7 +90,7 @@ class SessionQueue:
             await self._run(session_id, work)
         finally:
             if isinstance(work, Ticket):
-                self.turn_finished(work)  # the one place: whatever became of it, its session may go on
+                self.turn_finished(work)  # whatever became of it (a duplicate, a claimed run's), its session goes on
 
     def enqueue(self, item: Ticket) -> None:
         """Queue ``item`` on its session's worker; it counts as appending until :meth:`turn_finished`."""
@@ -104,7 +104,7 @@ class SessionQueue:
         """Queue a claimed run of the session (several processes): its unanswered messages get answered."""
         self._workers.submit(session_id, Poke())
 
-    def turn_finished(self, item: Ticket) -> None:  # called by _handle alone
+    def turn_finished(self, item: Ticket) -> None:
         """The item will append nothing more to its session: it is :attr:`Stage.ANSWERED`, and no longer counts as
         appending if it was queued here (a claimed run's item read back from the journal never was). Idempotent."""
         item._advance(Stage.ANSWERED)  # noqa: SLF001 - the ticket's owner
