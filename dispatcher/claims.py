@@ -9,7 +9,7 @@ one at a time, in journal order. A claimed run:
 2. drops the session's in-memory context when the stored session moved on (another process answered it
    meanwhile), so the turn sees what was said there;
 3. answers the session's pending messages oldest first, the ones this process received through their
-   live work items (streaming, the stored user message) and the others from the journal, like crash resume;
+   live tickets (streaming, the stored user message) and the others from the journal, like crash resume;
 4. releases the lock and looks once more: a message journalled by another process while the lock was held
    found it taken, so its process left it to this one.
 
@@ -18,30 +18,23 @@ messages are found by the other processes' sweep (every :data:`SWEEP_INTERVAL` s
 reply the dead process had kept in the outbox is sent as it was instead of running the turn again.
 
 On SQLite (one process, :class:`store.locks.LocalLocks`) none of this runs: the dispatcher queues live
-items directly.
+tickets directly. :class:`SessionClaims` is given what it uses, not the dispatcher: the session queue (to
+poke a session), a view of the journal (:class:`JournalView`) and the callable that answers one message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
-from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from agent.session import SessionManager
-from channels.base import BaseChannel
-from core.messages import IncomingMessage
 from core.records import PendingIncoming
-from dispatcher.intake import RecentIds, Stage, WorkItem
-from dispatcher.outbox import Outbox
-from dispatcher.resume import answering, resumed_item
+from dispatcher.journal import Journalled
+from dispatcher.queue import SessionQueue, Ticket
 from store.engine import database_unavailable
 from store.locks import Locks
-from store.store import Store
-
-if TYPE_CHECKING:
-    from config.settings import Config
 
 logger = logging.getLogger(__name__)
 
@@ -55,53 +48,51 @@ def session_lock(session_id: str) -> str:
     return f"session:{session_id}"
 
 
-class ClaimHost(Protocol):
-    """What claimed runs need of the dispatcher that owns them: its parts and its session queue."""
+class JournalView(Protocol):
+    """The journal as claimed runs read it (dispatcher/resume.py :class:`~dispatcher.resume.JournalReader`)."""
 
-    store: Store
-    sessions: SessionManager
-    locks: Locks
-    outbox: Outbox
-    recent: RecentIds
-    config: Callable[[], Config]
-    #: when this process started (a message sent before it is answered after a restart, with its question shown)
-    started_at: datetime
+    def channels(self) -> list[str]:
+        """The channels whose messages are answered through claims (any process can reply through them)."""
 
-    @property
-    def channels(self) -> Mapping[str, BaseChannel]: ...
+    async def claim_view(self, session_id: str) -> tuple[list[PendingIncoming], tuple[int, int] | None]:
+        """The session's unanswered rows, oldest first, and its stored ``(last_seq, context_start_seq)``."""
 
-    @property
-    def stopping(self) -> bool: ...
+    async def pending_sessions(self) -> list[str]:
+        """The sessions with unanswered rows."""
 
-    def claimed(self, channel: str) -> bool: ...
-
-    def session_busy(self, session_id: str) -> bool: ...
-
-    def poke(self, session_id: str) -> None: ...
-
-    async def answer_claimed(self, item: WorkItem) -> None: ...
+    async def ticket(self, row: PendingIncoming) -> Ticket | None:
+        """A row this process did not receive live, read back as a ticket (None: it cannot be answered here)."""
 
 
 class SessionClaims:
     """Claimed runs of sessions, for a dispatcher whose locks are shared with other processes."""
 
-    def __init__(self, host: ClaimHost) -> None:
-        self.d = host
-        #: live work items of this process by journal id, from their journal write until their worker ends
-        self.local: dict[int, WorkItem] = {}
+    def __init__(self, *, locks: Locks, sessions: SessionManager, queue: SessionQueue, journal: JournalView,
+                 answer: Callable[[Ticket], Awaitable[None]], stopping: Callable[[], bool]) -> None:
+        self.locks = locks
+        self.sessions = sessions
+        self.queue = queue
+        self.journal = journal
+        #: answers one message this process has claimed (dispatcher/answering.py)
+        self.answer = answer
+        self.stopping = stopping
+        #: live tickets of this process by journal id, from their journal write until their worker ends
+        self.local: dict[int, Ticket] = {}
         #: per session in memory here: (last_seq, context_start_seq) as stored when this process last let
         #: it go; anything else at the next claim means another process changed it meanwhile
         self._seen: dict[str, tuple[int, int]] = {}
         self._sweeper: asyncio.Task | None = None
 
-    @property
-    def locks(self) -> Locks:
-        """The dispatcher's locks."""
-        return self.d.locks
+    def received(self, ticket: Ticket, j: Journalled) -> None:
+        """A live message of a claimed channel is journalled: this process's claimed run answers it from its
+        ticket (streaming, the stored user message) unless another process takes the session over."""
+        self.local[j.inbox_id] = ticket
 
-    def channels(self) -> list[str]:
-        """The channels whose messages are answered through claims (any process can reply through them)."""
-        return [name for name in self.d.channels if self.d.claimed(name)]
+    def done(self, ticket: Ticket) -> None:
+        """Its worker is done with the ticket (a few in flight at most: the scan is short, and empty on SQLite)."""
+        if self.local:
+            for inbox_id in [i for i, t in self.local.items() if t is ticket]:
+                del self.local[inbox_id]
 
     # --- one claimed run --------------------------------------------------------------------
     async def run(self, session_id: str) -> int:
@@ -120,8 +111,8 @@ class SessionClaims:
         try:
             tried: set[int] = set()
             first = True
-            while not self.d.stopping:
-                pending, version = await self.d.store.journal.claim_view(session_id, self.channels())
+            while not self.stopping():
+                pending, version = await self.journal.claim_view(session_id)
                 if first:
                     self._sync_context(session_id, version)
                     first = False
@@ -130,53 +121,28 @@ class SessionClaims:
                     self._remember(session_id, version)
                     break
                 for row in rows:
-                    if self.d.stopping or not self.locks.held(name):
+                    if self.stopping() or not self.locks.held(name):
                         break
                     tried.add(row.id)
-                    item = self.local.get(row.id) or await self._journal_item_or_drop(row)
-                    if item is None or not item.advance(Stage.ANSWERING):  # none, or answered already
+                    ticket = self.local.get(row.id) or await self.journal.ticket(row)
+                    if ticket is None or not ticket.take():  # none, or answered already
                         continue
-                    await self.d.answer_claimed(item)
+                    await self.answer(ticket)
                     answered += 1
         finally:
             await self.locks.release(name)
         # A message journalled meanwhile by another process found the lock taken and was left to us.
-        if not self.d.stopping and await self._still_pending(session_id):
-            self.d.poke(session_id)
+        if not self.stopping() and await self._still_pending(session_id):
+            self.queue.poke(session_id)
         return answered
 
     async def _still_pending(self, session_id: str) -> bool:
         try:
-            pending, _ = await self.d.store.journal.claim_view(session_id, self.channels())
+            pending, _ = await self.journal.claim_view(session_id)
             return bool(pending)
         except Exception as exc:  # noqa: BLE001 - the sweep looks again
             logger.debug("session %s: pending check failed (%s)", session_id, type(exc).__name__)
             return False
-
-    async def _journal_item_or_drop(self, row: PendingIncoming) -> WorkItem | None:
-        """:meth:`_journal_item`; a row that cannot become a work item is logged and marked answered, so the
-        sweep does not find it again every few seconds."""
-        try:
-            return await self._journal_item(row)
-        except Exception as exc:
-            if database_unavailable(exc):
-                raise
-            logger.exception("message %d of session %s cannot be answered; dropped", row.id, row.session_id)
-            await self.d.outbox.mark_done(row.id)
-            return None
-
-    async def _journal_item(self, row: PendingIncoming) -> WorkItem | None:
-        """A work item for a message this process did not receive live (another process's, or a dead one's)."""
-        msg = IncomingMessage.from_json(row.payload)
-        channel = self.d.channels.get(msg.channel)
-        if channel is None:
-            return None
-        self.d.recent.add(msg.channel, msg.message_id)
-        if msg.time.tzinfo is not None and msg.time < self.d.started_at:
-            msg = answering(msg, channel)  # sent before this process started: its answer comes after a restart
-        item = await resumed_item(self.d.store, self.d.config(), channel, row, msg)
-        item.reply = row.reply
-        return item
 
     def _sync_context(self, session_id: str, version: tuple[int, int] | None) -> None:
         """Drop the in-memory context when the stored session moved on without this process.
@@ -185,13 +151,13 @@ class SessionClaims:
         last let the session go.
         """
         seen = self._seen.pop(session_id, None)
-        if self.d.sessions.peek(session_id) is not None and (version is None or seen != version):
+        if self.sessions.peek(session_id) is not None and (version is None or seen != version):
             logger.info("session %s: changed by another process; context reloaded from the database", session_id)
-            self.d.sessions.forget(session_id)
+            self.sessions.forget(session_id)
 
     def _remember(self, session_id: str, version: tuple[int, int] | None) -> None:
         """Note how the session is stored as this process lets it go (its context stays in memory)."""
-        if version is not None and self.d.sessions.peek(session_id) is not None:
+        if version is not None and self.sessions.peek(session_id) is not None:
             self._seen[session_id] = version
 
     # --- the sweep --------------------------------------------------------------------------
@@ -209,22 +175,21 @@ class SessionClaims:
 
     async def sweep(self) -> int:
         """Poke every session with unanswered messages that has no work here; return how many."""
-        channels = self.channels()
-        if not channels or not await self.locks.ping():
+        if not self.journal.channels() or not await self.locks.ping():
             return 0
-        for session_id in [sid for sid in self._seen if self.d.sessions.peek(sid) is None]:
+        for session_id in [sid for sid in self._seen if self.sessions.peek(sid) is None]:
             del self._seen[session_id]  # dropped from memory here: nothing to compare at the next claim
         poked = 0
-        for session_id in await self.d.store.journal.pending_sessions(channels):
-            if not self.d.session_busy(session_id):
-                self.d.poke(session_id)
+        for session_id in await self.journal.pending_sessions():
+            if not self.queue.busy(session_id):
+                self.queue.poke(session_id)
                 poked += 1
         return poked
 
     async def _sweep_forever(self, interval: Callable[[], float] = lambda: SWEEP_INTERVAL) -> None:
         while True:
             await asyncio.sleep(interval())
-            if self.d.stopping:
+            if self.stopping():
                 return
             try:
                 await self.sweep()

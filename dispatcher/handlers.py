@@ -1,6 +1,6 @@
-"""What a session worker does with one work item: run its command, or give its text to the agent.
+"""What a session worker does with one message: run its command, or give its text to the agent.
 
-A resumed item (crash resume) whose answer was stored before the crash gets that answer again instead of
+A resumed message (crash resume) whose answer was stored before the crash gets that answer again instead of
 a second model call; otherwise its context is cut back to its own user message and the turn runs again.
 """
 
@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent
 from agent.session import SessionManager, SessionState
-from agent.turn import AgentTurn, AnswerSink, FinalAnswer
+from agent.turn import AgentTurn, AnswerSink, FinalAnswer, TurnResult
 from channels.base import BaseChannel
+from core.messages import IncomingMessage
 from core.usage import speaker_of, usage_scope
 from dispatcher.background import background_lines
 from dispatcher.commands import CommandRegistry, CommandRequest
 from dispatcher.hooks import MessageHooks, user_message
-from dispatcher.intake import WorkItem
+from dispatcher.intake import Accepted
+from dispatcher.journal import Journalled, Skipped, StoredUser
 from dispatcher.replies import ADMIN_ONLY_REPLY, PRIVATE_ONLY_REPLY, UNKNOWN_COMMAND_REPLY
 from store.store import Store
 from usage.caps import ALLOWED, Turn
@@ -30,9 +32,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool, services: Services,
+async def run_command(commands: CommandRegistry, item: Accepted, is_admin: bool, services: Services,
                       channel: BaseChannel | None = None) -> str | None:
-    """Run the item's command (after the admin and private-chat checks) and return its reply."""
+    """Run the message's command (after the admin and private-chat checks) and return its reply."""
     assert item.command is not None
     name = item.command.command
     command = commands.get(name)
@@ -47,63 +49,71 @@ async def run_command(commands: CommandRegistry, item: WorkItem, is_admin: bool,
     return await command.handler(request)
 
 
-#: ``gate(item)``: around the item's turn, whether it may run and on which model (the usage caps, usage/caps.py).
-CapGate = Callable[[WorkItem], AbstractAsyncContextManager[Turn]]
+#: ``gate(message)``: around its turn, whether it may run and on which model (the usage caps, usage/caps.py).
+CapGate = Callable[[Accepted], AbstractAsyncContextManager[Turn]]
 
 
-async def run_agent(item: WorkItem, *, sessions: SessionManager, agent: Agent, store: Store,
-                    hooks: MessageHooks, sink: AnswerSink | None = None,
-                    gate: CapGate | None = None) -> tuple[str, int, str]:
-    """Run the agent's turn for the item on its session's lock; return the answer, its tool calls and what the
-    user got (``ok``, or the notice: ``empty``, ``cut …``, for the log line).
+async def run_agent(j: Journalled, text: str, media: dict[str, Any] | None, *, sessions: SessionManager,
+                    agent: Agent, store: Store, hooks: MessageHooks, sink: AnswerSink | None = None,
+                    gate: CapGate | None = None) -> tuple[str, int, str, str | None]:
+    """Run the agent's turn for the message (``text``, with a photo's or voice note's ``media`` keys) on its
+    session's lock; return the answer, its tool calls, what the user got (``ok``, or the notice: ``empty``,
+    ``cut …``, for the log line), and the reply kept in the outbox with the answer (None: none).
 
     With a ``sink`` the answer streams into it as the model writes it (a stored answer does not). With a
     ``gate``, a turn over a usage cap runs on the fallback model, or is answered with the gate's sentence: its
     message stays stored, and it is not answered later (the sentence is its answer).
     """
-    if item.skipped:
-        return "", 0, "skipped"
+    if isinstance(j.intake, Skipped):
+        return "", 0, "skipped", None
+    item = j.accepted
     state = await sessions.get(item.info)
+    kept: list[str] = []  # the reply the final-answer callback kept in the outbox with the answer
     async with state.lock:
-        if item.user_seq is None:
-            message = await user_message(hooks, item)
+        if j.user_seq is None:
+            message = await user_message(hooks, item.message, text, media)
             if message is None:
-                return "", 0, "held by a plugin"
-            await state.add_user(message, item.inbox_id)  # stored, linked to its journal row, before any model call
+                return "", 0, "held by a plugin", None
+            await state.add_user(message, j.inbox_id)  # stored, linked to its journal row, before any model call
         else:
-            intake = item.user_message if item.store_with_intake else None  # stored at intake, or a crash resume
+            intake = j.intake.message if isinstance(j.intake, StoredUser) else None  # else a crash resume
             if intake is None:
-                answer = await stored_answer(store, item)
+                answer = await stored_answer(store, item.info.session_id, j.user_seq)
                 if answer is not None:
-                    return answer, 0, "ok (stored answer)"
-            await state.resume(item.user_seq, intake)
+                    return answer, 0, "ok (stored answer)", None
+            await state.resume(j.user_seq, intake)
         async with (gate or _uncapped)(item) as turn:
             decision = turn.decision
             if decision.refusal is not None:
-                return decision.refusal, 0, f"refused (the {decision.cap} cap)"
+                return decision.refusal, 0, f"refused (the {decision.cap} cap)", None
             speaker = speaker_of(item.message.channel, item.message.user_id)
             with state.showing(await background_lines(store, item.message, agent.config())), \
                     usage_scope(item.info.session_id, speaker, "reply", tally=turn.tally):
-                # the message goes with the turn: who asked and where, for the tools that act in the chat
-                result = await agent.run_turn(state, AgentTurn(sink=sink, final=_keeping_reply(state, item),
-                                                               model=decision.model, message=item.message))
+                result = await call_agent(agent, state, item.message, sink, _keeping_reply(state, j, kept),
+                                          decision.model)
     outcome = result.outcome if decision.model is None else f"{result.outcome} (on {decision.model}: the " \
         f"{decision.cap} cap)"
-    return result.text, result.tool_calls, outcome
+    return result.text, result.tool_calls, outcome, kept[-1] if kept else None
+
+
+async def call_agent(agent: Agent, state: SessionState, message: IncomingMessage, sink: AnswerSink | None,
+                     final: FinalAnswer | None, model: str | None) -> TurnResult:
+    """The one call of the agent for a message's turn: everything the turn needs is passed here."""
+    return await agent.run_turn(state, AgentTurn(sink=sink, final=final, model=model, message=message))
 
 
 @asynccontextmanager
-async def _uncapped(item: WorkItem) -> AsyncIterator[Turn]:
+async def _uncapped(item: Accepted) -> AsyncIterator[Turn]:
     yield Turn(ALLOWED)
 
 
-async def stored_answer(store: Store, item: WorkItem) -> str | None:
+async def stored_answer(store: Store, session_id: str, user_seq: int) -> str | None:
     """For a resumed turn: the final answer, if it was stored before the crash.
 
     The turn is what follows its user message up to the next user message: later turns of the session
     may be stored too (a crash after this answer was sent but before it was marked answered).
     """
-    tail = await store.sessions.load_messages(item.info.session_id, item.user_seq)
+    tail = await store.sessions.load_messages(session_id, user_seq)
     turn = tail[1:]
     end = next((i for i, m in enumerate(turn) if m.message.get("role") == "user"), len(turn))
     last = turn[end - 1].message if end else None
@@ -113,16 +123,14 @@ async def stored_answer(store: Store, item: WorkItem) -> str | None:
 
 
 
-def _keeping_reply(state: SessionState, item: WorkItem) -> FinalAnswer | None:
+def _keeping_reply(state: SessionState, j: Journalled, kept: list[str]) -> FinalAnswer:
     """The agent's final-answer callback: the answer and the outbox's copy of the reply in one transaction
-    (``item.kept_reply`` then tells the outbox it need not keep it again)."""
-    inbox_id = item.inbox_id
-    if inbox_id is None:
-        return None
+    (noted in ``kept``, the turn's own list: the outbox then need not keep it again)."""
+    inbox_id = j.inbox_id
 
     async def keep(message: dict[str, Any], text: str) -> int:
         seq = await state.add_answer(message, inbox_id, text)
-        item.kept_reply = text
+        kept.append(text)
         return seq
 
     return keep

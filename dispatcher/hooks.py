@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.messages import IncomingMessage
-
-if TYPE_CHECKING:
-    from dispatcher.intake import WorkItem
 
 
 class MessageHooks:
@@ -22,14 +19,10 @@ class MessageHooks:
         return reply
 
 
-async def user_message(hooks: MessageHooks, item: WorkItem) -> dict[str, Any] | None:
-    """The turn's user message: the item's text after the ``before_agent`` hooks, which run here and only here,
-    once per item (at intake when the message is stored with its journal entry, else in its turn); None when a
-    hook asked to skip the agent."""
-    if item.user_message is None and not item.skipped:
-        text = await hooks.before_agent(item.message, item.text)
-        if text is None:
-            item.skipped = True
-        else:
-            item.user_message = {"role": "user", "content": text, **(item.media or {})}
-    return item.user_message
+async def user_message(hooks: MessageHooks, msg: IncomingMessage, text: str,
+                       media: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The turn's user message: ``text`` after the ``before_agent`` hooks (with a photo's or voice note's keys);
+    None when a hook asked to skip the agent. It runs once per message: at intake when the message is stored
+    with its journal entry (dispatcher/journal.py), else in its turn (dispatcher/handlers.py)."""
+    hooked = await hooks.before_agent(msg, text)
+    return None if hooked is None else {"role": "user", "content": hooked, **(media or {})}

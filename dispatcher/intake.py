@@ -6,18 +6,20 @@ queued in arrival order; the journal write (:func:`journal_payload` is what it s
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import json
 import logging
-import time
+import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from enum import IntEnum
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.messages import IncomingMessage
 from core.records import SessionInfo
+from dispatcher.background import GroupBackground
 from dispatcher.commands import CommandObject, parse_command, secret_free
+from dispatcher.identity import session_for
 from dispatcher.triggers import group_allowed, triggered_text
 
 if TYPE_CHECKING:
@@ -33,53 +35,54 @@ MEDIA_KINDS: frozenset[str] = frozenset({"photo", "voice"})
 REPLY_QUOTE_CHARS = 1000
 
 
-class Stage(IntEnum):
-    """Where a message is in this process, in order; it only moves forward (:meth:`WorkItem.advance`)."""
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A message the bot acts on, in its session: the first of a message's stage values (received → journalled
+    → accepted → answering → answered or skipped). Made by :func:`accept` and nowhere else
+    (tests/dispatcher/test_stage_values.py); like the later ones, it is never changed, only followed.
 
-    #: accepted (or read back from the journal), waiting for a run of its session
-    QUEUED = 0
-    #: a run of its session (its worker, or a claimed run with several processes) is answering it
-    ANSWERING = 1
-    #: its turn appends nothing more to the session; its reply is delivered by the outbox
-    ANSWERED = 2
-
-
-@dataclass(slots=True)
-class WorkItem:
-    """One queued message of a session."""
+    received: :class:`IncomingMessage`; journalled: :class:`dispatcher.journal.Journalled`; answering:
+    :class:`dispatcher.steps.Answering`; answered: :class:`dispatcher.steps.Answer` (skipped: a plugin's
+    ``before_agent`` held it, :class:`dispatcher.journal.Skipped`, or it was a duplicate).
+    """
 
     message: IncomingMessage
     info: SessionInfo
+    #: the text acted on (a command's text, or the message as the model sees it)
     text: str
     command: CommandObject | None
-    recorded: asyncio.Future | None = None  # resolves to (inbox_id, user_seq) or None for a duplicate
-    inbox_id: int | None = None
-    user_seq: int | None = None
-    resumed: bool = False
-    #: the session was idle on arrival, so the user message is stored with the journal entry (one transaction)
-    store_with_intake: bool = False
-    #: the stored user message, when it was stored at intake
-    user_message: dict[str, Any] | None = None
-    #: a before_agent hook asked to skip the agent
-    skipped: bool = False
-    #: a photo's or voice note's keys of the stored user message (``image``, ``voice``; media/intake.py)
-    media: dict[str, Any] | None = None
-    #: what goes before the answer to a photo or voice note (``heard: "…"``, a note), once it is prepared
-    media_before: str = ""
-    #: a resumed item whose reply was kept in the outbox before the crash: it is sent, not made again
-    reply: str | None = None
-    #: the reply the agent kept in the outbox with its answer (the outbox need not keep it again)
-    kept_reply: str | None = None
-    #: where it is (:class:`Stage`); a worker that finds it already answering leaves it to that run
-    stage: Stage = Stage.QUEUED
-    received: float = field(default_factory=time.perf_counter)
+    #: the user message goes into the journal entry's transaction (the session was idle on arrival, so nothing
+    #: can append to it before this turn starts); what happened is then the journal value's ``intake``
+    store_user: bool = False
 
-    def advance(self, stage: Stage) -> bool:
-        """Move to ``stage``; False (and nothing changes) when the item is there or past it already."""
-        if self.stage >= stage:
-            return False
-        self.stage = stage
-        return True
+
+def take(msg: IncomingMessage, cfg: Config, channel: Any, recent: RecentIds, background: GroupBackground,
+         store_user: Callable[[IncomingMessage, SessionInfo], bool]) -> Accepted | None:
+    """Live intake's decision, synchronous so that messages queue in arrival order: the :class:`Accepted` value
+    of a message the bot acts on, or None (ignored, kept as its group's background, or a duplicate delivery).
+    ``store_user`` says whether its session is idle, so its user message goes in with its journal entry."""
+    trigger = evaluate(msg, cfg, channel.bot_username if channel else "")
+    if not trigger.act:
+        if trigger.background is not None and not (msg.message_id and recent.seen(msg.channel, msg.message_id)):
+            background.keep(msg, trigger.background)  # once per delivery (DESIGN §1.3)
+        report_ignored(msg, trigger, channel)
+        return None
+    if not msg.message_id:
+        msg = dataclasses.replace(msg, message_id=uuid.uuid4().hex)
+    elif recent.seen(msg.channel, msg.message_id):
+        logger.info("duplicate %s message %s ignored", msg.channel, msg.message_id)
+        return None
+    if msg.is_group and trigger.command is None and cfg.group_context_messages > 0:
+        msg = background.mark(msg)  # the background shown with it ends here
+    info = session_for(msg, cfg)
+    return accept(msg, info, trigger.text, trigger.command, store_user=(
+        trigger.command is None and msg.content_type == "text" and store_user(msg, info)))
+
+
+def accept(msg: IncomingMessage, info: SessionInfo, text: str, command: CommandObject | None, *,
+           store_user: bool = False) -> Accepted:
+    """The :class:`Accepted` value of a message the bot acts on (live intake and crash resume alike)."""
+    return Accepted(message=msg, info=info, text=text, command=command, store_user=store_user)
 
 
 @dataclass(frozen=True, slots=True)

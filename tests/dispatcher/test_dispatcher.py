@@ -105,7 +105,7 @@ async def test_submit_queues_each_session_in_arrival_order_without_waiting(tmp_p
             bot.channel.deliver_nowait(bot.channel.message(f"b{i}", chat_id="2", user_id="2"))
         queue = bot.dispatcher.queue
         assert sorted(queue.sessions()) == ["telegram:1", "telegram:2"]  # queued before any await
-        assert [i.text for i in queue.queued("telegram:1")] == [f"a{i}" for i in range(5)]
+        assert [i.accepted.text for i in queue.queued("telegram:1")] == [f"a{i}" for i in range(5)]
         await bot.dispatcher.wait_idle()
         a = [t for m, t in bot.channel.sent if m.chat_id == "1"]
         b = [t for m, t in bot.channel.sent if m.chat_id == "2"]

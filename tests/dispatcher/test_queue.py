@@ -1,6 +1,5 @@
-"""Tests for dispatcher/queue.py and the stages of a work item (dispatcher/intake.py): an item only moves
-forward (queued, answering, answered), and the queue alone counts which items may still append to their
-session."""
+"""Tests for dispatcher/queue.py and its tickets: a ticket only moves forward (queued, answering, answered),
+one run takes it, and the queue alone counts which messages may still append to their session."""
 
 from __future__ import annotations
 
@@ -8,36 +7,51 @@ import asyncio
 
 from core.messages import IncomingMessage
 from core.records import SessionInfo
-from dispatcher.intake import Stage, WorkItem
-from dispatcher.queue import Poke, SessionQueue
+from dispatcher.intake import accept
+from dispatcher.queue import Poke, SessionQueue, Stage, Ticket
 
 INFO = SessionInfo(session_id="telegram:5", channel="telegram", chat_id="5", user_id="5")
 
 
-def item(text: str = "hi") -> WorkItem:
-    return WorkItem(IncomingMessage(channel="telegram", chat_id="5", user_id="5", text=text), INFO, text, None)
+def item(text: str = "hi") -> Ticket:
+    msg = IncomingMessage(channel="telegram", chat_id="5", user_id="5", text=text)
+    return Ticket(accept(msg, INFO, text, None), asyncio.Future())
 
 
-def test_an_item_only_moves_forward() -> None:
+async def test_a_ticket_only_moves_forward_and_one_run_takes_it() -> None:
+    queue = SessionQueue(lambda sid, work: asyncio.sleep(0), concurrency=1)
     it = item()
     assert it.stage is Stage.QUEUED
-    assert it.advance(Stage.ANSWERING) and it.stage is Stage.ANSWERING
-    assert not it.advance(Stage.ANSWERING)  # a second run finds it taken
-    assert it.advance(Stage.ANSWERED) and it.stage is Stage.ANSWERED
-    assert not it.advance(Stage.ANSWERING) and it.stage is Stage.ANSWERED
+    assert it.take() and it.stage is Stage.ANSWERING
+    assert not it.take()  # a second run finds it taken
+    queue.turn_finished(it)
+    assert it.stage is Stage.ANSWERED
+    assert not it.take() and it.stage is Stage.ANSWERED
     skipped = item()
-    assert skipped.advance(Stage.ANSWERED)  # a turn may end before it was ever taken (a duplicate)
-    assert not skipped.advance(Stage.ANSWERING)
+    queue.turn_finished(skipped)  # a turn may end before it was ever taken (a duplicate)
+    assert skipped.stage is Stage.ANSWERED and not skipped.take()
+
+
+async def test_the_queue_finishes_each_ticket_its_worker_ran() -> None:
+    async def run(session_id: str, work: Ticket | Poke) -> None:
+        raise RuntimeError("whatever became of it")
+
+    queue = SessionQueue(run, concurrency=1)
+    it = item()
+    queue.enqueue(it)
+    assert queue.appending("telegram:5")
+    await queue.wait_idle()
+    assert it.stage is Stage.ANSWERED and not queue.appending("telegram:5")
 
 
 async def test_an_item_appends_until_its_turn_is_finished() -> None:
     ran: list[str] = []
     release = asyncio.Event()
 
-    async def run(session_id: str, work: WorkItem | Poke) -> None:
-        assert isinstance(work, WorkItem)
+    async def run(session_id: str, work: Ticket | Poke) -> None:
+        assert isinstance(work, Ticket)
         await release.wait()
-        ran.append(work.text)
+        ran.append(work.accepted.text)
 
     queue = SessionQueue(run, concurrency=4)
     first, second = item("a"), item("b")
@@ -57,7 +71,7 @@ async def test_an_item_appends_until_its_turn_is_finished() -> None:
 
 
 async def test_an_item_the_queue_never_counted_releases_nothing() -> None:
-    async def run(session_id: str, work: WorkItem | Poke) -> None:
+    async def run(session_id: str, work: Ticket | Poke) -> None:
         await asyncio.sleep(0)
 
     queue = SessionQueue(run, concurrency=1)

@@ -13,16 +13,18 @@ from dispatcher.steps import (
     Next,
     agent_turn,
     answer,
+    answered,
     cap_before_media,
     command,
     media_note,
+    reply_hooks,
     text_only,
 )
 from tests.dispatcher.test_dispatcher import Bot
 
 
 def test_the_steps_are_declared_in_order_in_one_place() -> None:
-    assert STEPS == (command, text_only, cap_before_media, media_note, agent_turn)
+    assert STEPS == (reply_hooks, command, text_only, cap_before_media, media_note, agent_turn)
 
 
 async def test_a_new_rule_is_one_step_and_answers_before_the_agent(tmp_path) -> None:
@@ -30,8 +32,8 @@ async def test_a_new_rule_is_one_step_and_answers_before_the_agent(tmp_path) -> 
 
     async def no_secrets(a: Answering, next: Next) -> Answer:  # noqa: A002
         seen.append(a.kind)
-        if "secret" in a.item.text:
-            return Answer("refused (a secret)", "Not here, please.")
+        if "secret" in a.text:
+            return answered("refused (a secret)", "Not here, please.")
         return await next(a)
 
     async with Bot(tmp_path) as bot:
