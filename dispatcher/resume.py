@@ -18,7 +18,8 @@ from dispatcher.intake import RecentIds, accept, evaluate
 from dispatcher.journal import Journalled, journalled
 from dispatcher.queue import Ticket, journal_ticket
 from reminders.firing import REMINDER
-from store.store import Store, database_unavailable
+from store.engine import database_unavailable
+from store.store import Store
 
 if TYPE_CHECKING:
     from config.settings import Config
