@@ -47,7 +47,9 @@ async def journal_write(ticket: Ticket, record: Callable[[], Awaitable[Recorded]
         if first:  # the write that went with the message's intake
             first = False
             return await ticket.recorded
-        return await record()
+        value = await record()
+        ticket.journalled_again(value)  # so the answering run (or a claimed run) reads this value, not the failure
+        return value
 
     return await DATABASE.but(first=delay, cap=delay).call(write, retry_on=database_unavailable, hint=no_hint,
                                                           before_sleep=log)

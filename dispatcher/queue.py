@@ -47,6 +47,13 @@ class Ticket:
     def stage(self) -> Stage:
         return self._stage
 
+    def journalled_again(self, value: Recorded) -> None:
+        """The journal write failed with the database away and was tried again (dispatcher/db_retry.py
+        ``journal_write``): ``value`` is what every run that awaits :attr:`recorded` must see, not the failure."""
+        recorded: asyncio.Future[Recorded] = asyncio.get_running_loop().create_future()
+        recorded.set_result(value)
+        self.recorded = recorded
+
     def take(self) -> bool:
         """Claim the message for the run that calls this; False when another run has it, or had it."""
         return self._advance(Stage.ANSWERING)
