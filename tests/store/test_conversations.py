@@ -39,7 +39,7 @@ async def seqs(store: Store, session_id: str) -> list[int]:
     return [m.seq for m in await store.sessions.load_messages(session_id)]
 
 
-class TestConversationStore:
+class TestStore:
     """Every Store method, on every backend."""
 
     # --- sessions ---------------------------------------------------------------------------
