@@ -124,7 +124,7 @@ class _Handler(ChatbotHandler):
         incoming = to_incoming(message, self.channel.name)
         if incoming is None:
             return AckMessage.STATUS_OK, "OK"
-        loop = self.channel._loop
+        loop = self.channel.event_loop
         if loop is None or loop.is_closed():
             return AckMessage.STATUS_SYSTEM_EXCEPTION, "not running"
         future = asyncio.run_coroutine_threadsafe(self.channel.deliver(incoming), loop)
@@ -161,7 +161,8 @@ class DingTalkChannel(BaseChannel):
         self.config = config
         self.endpoint = DINGTALK_OPENAPI_ENDPOINT.rstrip("/")
         self.active = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: the bot's loop, where the SDK's thread hands messages over (None until started)
+        self.event_loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._token: tuple[str, float] = ("", 0.0)
         self._token_lock = asyncio.Lock()
@@ -174,7 +175,7 @@ class DingTalkChannel(BaseChannel):
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self, intake: bool = True) -> None:
         """Check the credentials with one call (an access token), then (``intake``) open the Stream connection."""
-        self._loop = asyncio.get_running_loop()
+        self.event_loop = asyncio.get_running_loop()
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SEND_TIMEOUT_S))
         problem = self.preflight(self.config)
