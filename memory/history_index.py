@@ -38,6 +38,7 @@ from memory.ranking import fuse, top
 from memory.search import terms
 from store import message_vectors as mv
 from store.history_search import HistoryHit, history_hits, message_text, rank_history
+from store.search_terms import FILLER  # the words that carry nothing: one list, the words' index uses it too
 
 if TYPE_CHECKING:
     from store.store import Store
@@ -69,11 +70,6 @@ CANDIDATES = 50
 RRF_K = 10
 #: Bytes of session matrices kept in memory together (the session searched last is kept whatever its size).
 CACHE_BYTES = 48 * 1024 * 1024
-#: Words that carry nothing to search by meaning for (with memory/search.py's stop words): a message of
-#: nothing else ("ok, thanks!") is not embedded (the words' index still holds it).
-FILLER = frozenset("""ok okay k kk noted thanks thank thx ty yes yeah yep yup no nope nah sure got it great cool nice
-good fine alright right lol haha hahaha hehe hmm hm oh ah wow hi hello hey bye see later np welcome please pls
-done will let know understood agreed sounds""".split())
 #: two letters together, or one CJK character (a word alone: 猫)
 _LETTERS = re.compile(r"[^\W\d_]{2,}|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 

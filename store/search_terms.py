@@ -66,7 +66,8 @@ def term_pattern(term: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])", re.I)
 
 
-#: Words that say nothing on their own: a turn of nothing else ("ok, thanks!") is not worth showing beside a hit.
+#: Words that say nothing on their own: a turn of nothing else ("ok, thanks!") is not worth showing beside a hit,
+#: nor embedding (memory/history_index.py uses this list too).
 FILLER = frozenset("""ok okay k kk noted thanks thank thx ty yes yeah yep yup no nope nah sure got it great cool nice
 good fine alright right lol haha hahaha hehe hmm hm oh ah wow hi hello hey bye see later np welcome please pls
 done will let know understood agreed sounds""".split())
