@@ -5,6 +5,9 @@ in a thread: :meth:`SdkThread.start` starts it, :meth:`SdkThread.stop` (on the b
 (``interrupt``, called on the bot's loop with the SDK's loop), waits for the thread at most ``join_timeout_s``
 and warns when it did not end (a daemon thread: it ends with the process). While stopping, the SDK's loop drops
 the errors its tasks end with (the connection was closed on purpose).
+
+:class:`SdkThreadChannel` is the channel around such a thread (feishu, dingtalk): the end of ``start`` (a problem
+is one error line and the channel fails; else it is active and, with ``intake``, receives) and the intake on/off.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import asyncio
 import contextlib
 import logging
 import threading
+from abc import abstractmethod
 from collections.abc import Callable
+
+from channels.base import BaseChannel
 
 
 class SdkThread:
@@ -25,7 +31,8 @@ class SdkThread:
         self.name = name
         self._run = run
         self._interrupt = interrupt
-        self._logger = logger
+        #: the channel's logger: its lines name the channel's module
+        self.logger = logger
         #: how the warning names the thread, e.g. "feishu: the connection thread"
         self.what = what
         self.join_timeout_s = join_timeout_s
@@ -60,7 +67,7 @@ class SdkThread:
                 self._interrupt(loop)
         await asyncio.to_thread(thread.join, self.join_timeout_s)
         if thread.is_alive():
-            self._logger.warning("%s did not end within %.0f s", self.what, self.join_timeout_s)
+            self.logger.warning("%s did not end within %.0f s", self.what, self.join_timeout_s)
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
@@ -73,3 +80,59 @@ class SdkThread:
         finally:
             loop.close()
             self.loop = None
+
+
+class SdkThreadChannel(BaseChannel):
+    """A channel that receives through an :class:`SdkThread` and sends without it.
+
+    The subclass gives :meth:`check` (the credentials' one call) and :meth:`intake_place` (where it receives
+    from, for the log line); ``start``, ``start_intake``, ``stop_intake`` and ``stop`` are shared. Every line is
+    logged with the SDK thread's logger, i.e. under the channel module's name.
+    """
+
+    def __init__(self, sdk: SdkThread) -> None:
+        super().__init__()
+        #: the credentials were accepted (or could not be checked yet): the channel can receive and send
+        self.active = False
+        self._sdk = sdk
+
+    @abstractmethod
+    async def check(self) -> str | None:
+        """Before receiving: the problem that keeps the channel off (one line), or None."""
+
+    @abstractmethod
+    def intake_place(self) -> str:
+        """How the "receiving messages" line names the connection, e.g. "long connection to https://…"."""
+
+    async def start(self, intake: bool = True) -> None:
+        """:meth:`check`, then (``intake``) start the SDK's thread. A problem is one error line and the channel
+        fails; the other channels keep running."""
+        problem = await self.check()
+        if problem is not None:
+            self._sdk.logger.error("%s: %s; the %s channel is off, the other channels keep running",
+                                   self.name, problem, self.name)
+            self.fail(problem)
+            return
+        self.active = True
+        if intake:
+            await self.start_intake()
+
+    async def start_intake(self) -> bool:
+        """Start the SDK's thread (nothing when it runs); False while the channel is off."""
+        if not self.active:
+            return False
+        if self._sdk.start():
+            self._sdk.logger.info("%s: receiving messages (%s)", self.name, self.intake_place())
+        return True
+
+    async def stop_intake(self) -> None:
+        """End the SDK's thread; what was received is journalled first."""
+        await self._sdk.stop()
+        await self.settle_intake()
+
+    async def stop(self) -> None:
+        """Stop receiving; sending needs no connection."""
+        try:
+            await self.stop_intake()
+        finally:
+            self.active = False

@@ -42,9 +42,8 @@ import dingtalk_stream
 from dingtalk_stream import AckMessage, ChatbotHandler, ChatbotMessage
 from dingtalk_stream.utils import DINGTALK_OPENAPI_ENDPOINT
 
-from channels.base import BaseChannel
 from channels.registry import register_channel
-from channels.sdk_thread import SdkThread
+from channels.sdk_thread import SdkThread, SdkThreadChannel
 from channels.text import split_text
 from core.errors import BotError
 from core.messages import IncomingMessage
@@ -141,7 +140,7 @@ class _Handler(ChatbotHandler):
 
 
 @register_channel("dingtalk")
-class DingTalkChannel(BaseChannel):
+class DingTalkChannel(SdkThreadChannel):
     """DingTalk through dingtalk-stream: Stream mode in, the robot APIs out."""
 
     name = "dingtalk"
@@ -157,24 +156,21 @@ class DingTalkChannel(BaseChannel):
         return None
 
     def __init__(self, config: Config) -> None:
-        super().__init__()
+        #: dingtalk-stream's thread (its own loop); stop_intake stops that loop
+        super().__init__(SdkThread("dingtalk-stream", self._run_sdk, lambda loop: loop.call_soon_threadsafe(loop.stop),
+                                   logger=logger, what="dingtalk: the Stream thread", join_timeout_s=JOIN_TIMEOUT_S))
         self.config = config
         self.endpoint = DINGTALK_OPENAPI_ENDPOINT.rstrip("/")
-        self.active = False
         #: the bot's loop, where the SDK's thread hands messages over (None until started)
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._token: tuple[str, float] = ("", 0.0)
         self._token_lock = asyncio.Lock()
-        #: dingtalk-stream's thread (its own loop); stop_intake stops that loop
-        self._sdk = SdkThread("dingtalk-stream", self._run_sdk, lambda loop: loop.call_soon_threadsafe(loop.stop),
-                              logger=logger, what="dingtalk: the Stream thread", join_timeout_s=JOIN_TIMEOUT_S)
-        self._sdk_task: asyncio.Task | None = None
         self._client: dingtalk_stream.DingTalkStreamClient | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
-    async def start(self, intake: bool = True) -> None:
-        """Check the credentials with one call (an access token), then (``intake``) open the Stream connection."""
+    async def check(self) -> str | None:
+        """The credentials, checked with one call (an access token); DingTalk out of reach is no problem yet."""
         self.event_loop = asyncio.get_running_loop()
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SEND_TIMEOUT_S))
@@ -191,32 +187,16 @@ class DingTalkChannel(BaseChannel):
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 logger.warning("dingtalk: cannot reach DingTalk at %s yet (%s: %s); the connection is retried in "
                                "the background", self.endpoint, type(exc).__name__, exc)
-        if problem is not None:
-            logger.error("dingtalk: %s; the dingtalk channel is off, the other channels keep running", problem)
-            self.fail(problem)
-            return
-        self.active = True
-        if intake:
-            await self.start_intake()
+        return problem
 
-    async def start_intake(self) -> bool:
-        """Open the Stream connection in the SDK's thread."""
-        if not self.active:
-            return False
-        if self._sdk.start():
-            logger.info("dingtalk: receiving messages (Stream mode, %s)", self.endpoint)
-        return True
-
-    async def stop_intake(self) -> None:
-        """Close the Stream connection; what was received is journalled first."""
-        await self._sdk.stop()
-        await self.settle_intake()
+    def intake_place(self) -> str:
+        return f"Stream mode, {self.endpoint}"
 
     async def stop(self) -> None:
+        """Stop receiving and close the HTTP session."""
         try:
-            await self.stop_intake()
+            await super().stop()
         finally:
-            self.active = False
             session, self._session = self._session, None
             if session is not None:
                 await session.close()

@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
 
-from channels.base import BaseChannel
 from channels.feishu.api import MESSAGE_LIMIT, RETRYABLE_CODES, FeishuAPI, FeishuError, credential_problem, domain_url
 from channels.registry import register_channel
-from channels.sdk_thread import SdkThread
+from channels.sdk_thread import SdkThread, SdkThreadChannel
 from channels.text import split_text
 from core.messages import IncomingMessage, ReplyStream
 
@@ -113,7 +112,7 @@ def _first_image(content: dict[str, Any]) -> str:
 
 
 @register_channel("feishu")
-class FeishuChannel(BaseChannel):
+class FeishuChannel(SdkThreadChannel):
     """Feishu / Lark through lark-oapi: WebSocket events in, API calls out."""
 
     name = "feishu"
@@ -131,7 +130,9 @@ class FeishuChannel(BaseChannel):
         return None
 
     def __init__(self, config: Config) -> None:
-        super().__init__()
+        #: lark-oapi's thread (its own loop, in the module global the SDK reads)
+        super().__init__(SdkThread("feishu-ws", self._run_ws, self._interrupt_ws, logger=logger,
+                                   what="feishu: the connection thread", join_timeout_s=JOIN_TIMEOUT_S))
         self.config = config
         self.domain = domain_url(config.feishu_domain)
         self.api = FeishuAPI(config.feishu_app_id, config.feishu_app_secret, config.feishu_domain)
@@ -139,11 +140,7 @@ class FeishuChannel(BaseChannel):
         self.bot_open_id = ""
         #: seconds between two updates of a streamed card
         self.edit_interval = 0.6
-        self.active = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: lark-oapi's thread (its own loop, in the module global the SDK reads)
-        self._sdk = SdkThread("feishu-ws", self._run_ws, self._interrupt_ws, logger=logger,
-                              what="feishu: the connection thread", join_timeout_s=JOIN_TIMEOUT_S)
         self._ws: Any = None
         #: the "Typing" reaction on each message being answered: message id -> reaction id
         self._reactions: dict[str, str] = {}
@@ -151,8 +148,8 @@ class FeishuChannel(BaseChannel):
         self._names_lock = threading.Lock()
 
     # --- lifecycle ------------------------------------------------------------------------------
-    async def start(self, intake: bool = True) -> None:
-        """Check the credentials with one call (the bot's info), then (``intake``) open the long connection."""
+    async def check(self) -> str | None:
+        """The credentials, checked with one call (the bot's info); Feishu out of reach is no problem yet."""
         self._loop = asyncio.get_running_loop()
         problem = self.preflight(self.config)
         if problem is None:
@@ -166,33 +163,10 @@ class FeishuChannel(BaseChannel):
             else:
                 self.bot_open_id = str(bot.get("open_id") or "")
                 self.bot_username = str(bot.get("app_name") or "")
-        if problem is not None:
-            logger.error("feishu: %s; the feishu channel is off, the other channels keep running", problem)
-            self.fail(problem)
-            return
-        self.active = True
-        if intake:
-            await self.start_intake()
+        return problem
 
-    async def start_intake(self) -> bool:
-        """Open the long connection in the SDK's thread."""
-        if not self.active:
-            return False
-        if self._sdk.start():
-            logger.info("feishu: receiving messages (long connection to %s)", self.domain)
-        return True
-
-    async def stop_intake(self) -> None:
-        """Close the long connection; what was received is journalled first."""
-        await self._sdk.stop()
-        await self.settle_intake()
-
-    async def stop(self) -> None:
-        """Stop receiving; sending needs no connection."""
-        try:
-            await self.stop_intake()
-        finally:
-            self.active = False
+    def intake_place(self) -> str:
+        return f"long connection to {self.domain}"
 
     def _interrupt_ws(self, ws_loop: asyncio.AbstractEventLoop) -> None:
         """On the bot's loop, at stop: close the connection on the SDK's loop."""
