@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import segno
 
 from channels.base import BaseChannel
 from channels.registry import register_channel
@@ -65,9 +64,8 @@ from channels.weixin.client import (
     SessionExpired,
 )
 from channels.weixin.held import HeldReplies
-from channels.weixin.login import Account, LoginFailed, LoginFiles, LoginState, QrLogin
+from channels.weixin.login import LoginFailed, LoginFiles, LoginFlow, LoginState, QrLogin
 from channels.weixin.text import MESSAGE_LIMIT, take_piece
-from channels.weixin.verify import VerifyCode
 from core.errors import BotError
 from core.messages import IncomingMessage
 from core.retry import RECEIVE, RetryPolicy, no_hint
@@ -170,12 +168,13 @@ class WeixinChannel(BaseChannel):
         self.window = window
         self.files = LoginFiles(Path(config.data_dir))
         self.base_url = (config.weixin_base_url or "https://ilinkai.weixin.qq.com").rstrip("/")
+        #: the kept login, or the QR login that gets one, and the number the phone shows
+        self.login_flow = LoginFlow(self.files, self.base_url, terminal=lambda: self.terminal,
+                                    console=lambda: bool(self.config.web_console_port))
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
         #: the API with the current login's token (None while logging in)
         self.client: ILinkClient | None = None
-        #: the QR login in progress, or the last one (its state is shown by the web console)
-        self.login: QrLogin | None = None
         self.cursor = ""
         #: seconds the server holds a long poll
         self.hold_s = LONG_POLL_S
@@ -188,8 +187,6 @@ class WeixinChannel(BaseChannel):
         self._tokens: dict[str, tuple[str, float]] = {}
         #: (mtime, size) of the cursor file when its tokens were last read
         self._tokens_seen: tuple[int, int] | None = None
-        #: the number the login waits for (typed in the terminal or the web console)
-        self.verify = VerifyCode()
         #: replies and reminders WeChat refused for the token, until the user writes again
         self.held = HeldReplies(self.files.data_dir)
         self._held_tasks: set[asyncio.Task] = set()
@@ -198,19 +195,19 @@ class WeixinChannel(BaseChannel):
         self._terminal: bool | None = None
 
     @property
+    def login(self) -> QrLogin | None:
+        """The QR login in progress, or the last one (:attr:`LoginFlow.qr`)."""
+        return self.login_flow.qr
+
+    @property
     def login_qr(self) -> str | None:
         """The login QR code as an SVG ``data:`` URL while a scan is needed (the web console shows it)."""
-        login = self.login
-        if self.client is not None or login is None or not login.qr_content:
-            return None
-        return segno.make(login.qr_content, error="L").svg_data_uri(scale=6)
+        return None if self.client is not None else self.login_flow.qr_svg()
 
     @property
     def login_state(self) -> LoginState:
         """Where the login stands: confirmed while a token is in use."""
-        if self.client is not None:
-            return LoginState.CONFIRMED
-        return self.login.state if self.login is not None else LoginState.LOGGED_OUT
+        return LoginState.CONFIRMED if self.client is not None else self.login_flow.state
 
     @classmethod
     def owns_terminal(cls, cfg: Config) -> bool:
@@ -291,10 +288,10 @@ class WeixinChannel(BaseChannel):
 
     def _use_kept_login(self) -> bool:
         """Use the login kept in ``data_dir`` (True), if there is one."""
-        account = self.files.load_account()
-        if account is None or self._session is None:
+        client = self.login_flow.kept(self._session) if self._session is not None else None
+        if client is None:
             return False
-        self.client = ILinkClient(self._session, account.base_url, account.bot_token)
+        self.client = client
         return True
 
     async def _run_logged(self) -> None:
@@ -309,11 +306,7 @@ class WeixinChannel(BaseChannel):
         assert self._session is not None
         while True:
             if self.client is None and not self._use_kept_login():
-                account = await self._log_in()
-                self.client = ILinkClient(self._session, account.base_url, account.bot_token)
-                if self.terminal:
-                    news = f"WeChat: logged in as bot {account.bot_id}; the bot answers messages sent to it."
-                    print(news, flush=True)  # noqa: T201 - the terminal's news after the QR code
+                self.client = await self.login_flow.log_in(self._session, self._reaching)
             self.cursor = self.files.load_cursor()
             try:
                 await self._poll()
@@ -322,20 +315,6 @@ class WeixinChannel(BaseChannel):
                                "scan it to log in again")
                 self.files.forget_account()
                 self.client, self._tickets, self._notified = None, {}, False
-
-    async def _log_in(self) -> Account:
-        """The QR login, tried again until it is confirmed: after a network failure as :attr:`receive_retry`
-        says, after a failed login (:class:`LoginFailed`) with a fresh code at once."""
-        while True:
-            try:
-                return await self._reaching(self._qr_login)
-            except LoginFailed as exc:
-                logger.error("weixin: the login failed (%s); scan the fresh QR code to try again", exc.errmsg)
-
-    async def _qr_login(self) -> Account:
-        assert self._session is not None
-        self.login = QrLogin(ILinkClient(self._session, self.base_url), self.files, self._ask_code, self.terminal)
-        return await self.login.run()
 
     async def _reaching(self, call: Any, *args: Any) -> Any:
         """``await call(*args)``, retried under :attr:`receive_retry` while WeChat cannot be reached or answers
@@ -413,23 +392,21 @@ class WeixinChannel(BaseChannel):
     @property
     def wants_verify_code(self) -> bool:
         """The login waits for the number WeChat shows on the phone."""
-        return self.verify.wanted
+        return self.login_flow.verify.wanted
 
     @property
     def login_question(self) -> str | None:
         """The number WeChat shows on the phone, while the login waits for it (the web console asks for it)."""
-        return "WeChat shows a number on the phone. Type it here to connect the bot." if self.verify.wanted else None
+        return "WeChat shows a number on the phone. Type it here to connect the bot." if self.wants_verify_code \
+            else None
 
     def answer_login(self, answer: str) -> bool:
         """The number typed in the web console; False when no login is waiting for one."""
-        return self.verify.enter(answer)
+        return self.login_flow.verify.enter(answer)
 
     def enter_verify_code(self, code: str) -> bool:
         """The number typed (the web console, a test); False when no login is waiting for one."""
-        return self.verify.enter(code)
-
-    async def _ask_code(self, wrong: bool) -> str:
-        return await self.verify.ask(wrong, terminal=self.terminal, console=bool(self.config.web_console_port))
+        return self.login_flow.verify.enter(code)
 
     # --- context tokens -------------------------------------------------------------------------
     def _load_tokens(self) -> None:

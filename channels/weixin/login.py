@@ -21,6 +21,9 @@ The QR login follows the statuses of Tencent's plugin (``src/auth/login-qr.ts``)
 - ``scaned_but_redirect``: the status is polled at the ``redirect_host`` WeChat names from then on;
 - ``binded_redirect``: this bot is connected already: the login kept here stays in use (without one, a fresh code);
 - ``confirmed`` without ``ilink_bot_id`` (or without a token) is a failed login (:class:`LoginFailed`).
+
+:class:`LoginFlow` is the channel's side of it: the login kept in ``data_dir``, else QR logins until one is
+confirmed, the number the phone shows (:mod:`channels.weixin.verify`), and what the console sees of it.
 """
 
 from __future__ import annotations
@@ -36,12 +39,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import segno
 
 from channels.weixin.client import LOCAL_TOKENS, ILinkClient, ILinkError, QrCode
+from channels.weixin.verify import VerifyCode
 from config.settings import atomic_write_json
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -353,3 +361,58 @@ class QrLogin:
         level = logging.INFO if self.terminal else self._level()
         logger.log(level, "weixin: scan the QR code with the WeChat app and confirm, to connect the bot "
                    "(ClawBot); also saved as %s; link: %s", self.files.qr_path, content)
+
+
+class LoginFlow:
+    """The weixin channel's login: the one kept in ``data_dir``, else QR logins tried again until one is
+    confirmed, the number the phone shows (:attr:`verify`), and the QR code and state the web console shows."""
+
+    def __init__(self, files: LoginFiles, base_url: str, *, terminal: Callable[[], bool],
+                 console: Callable[[], bool]) -> None:
+        self.files = files
+        self.base_url = base_url
+        #: the number the login waits for (typed in the terminal or the web console)
+        self.verify = VerifyCode()
+        #: the QR login in progress, or the last one (its state is shown by the web console)
+        self.qr: QrLogin | None = None
+        #: the operator watches this terminal (the channel's ``terminal``); the web console runs
+        self._terminal, self._console = terminal, console
+
+    def kept(self, session: aiohttp.ClientSession) -> ILinkClient | None:
+        """The API with the login kept in ``data_dir``; None when there is none."""
+        account = self.files.load_account()
+        return None if account is None else ILinkClient(session, account.base_url, account.bot_token)
+
+    def qr_svg(self) -> str | None:
+        """The current QR code as an SVG ``data:`` URL; None when none is shown."""
+        qr = self.qr
+        if qr is None or not qr.qr_content:
+            return None
+        return segno.make(qr.qr_content, error="L").svg_data_uri(scale=6)
+
+    @property
+    def state(self) -> LoginState:
+        """Where the last QR login stands (logged out before the first)."""
+        return self.qr.state if self.qr is not None else LoginState.LOGGED_OUT
+
+    async def log_in(self, session: aiohttp.ClientSession,
+                     reaching: Callable[[Callable[[], Awaitable[Account]]], Awaitable[Any]]) -> ILinkClient:
+        """QR logins until one is confirmed: ``reaching(call)`` retries one while WeChat cannot be reached; a
+        failed login (:class:`LoginFailed`) is one line and a fresh code at once. The API with its token."""
+        while True:
+            try:
+                account: Account = await reaching(lambda: self._qr_login(session))
+                break
+            except LoginFailed as exc:
+                logger.error("weixin: the login failed (%s); scan the fresh QR code to try again", exc.errmsg)
+        if self._terminal():
+            news = f"WeChat: logged in as bot {account.bot_id}; the bot answers messages sent to it."
+            print(news, flush=True)  # noqa: T201 - the terminal's news after the QR code
+        return ILinkClient(session, account.base_url, account.bot_token)
+
+    async def _qr_login(self, session: aiohttp.ClientSession) -> Account:
+        self.qr = QrLogin(ILinkClient(session, self.base_url), self.files, self._ask_code, self._terminal())
+        return await self.qr.run()
+
+    async def _ask_code(self, wrong: bool) -> str:
+        return await self.verify.ask(wrong, terminal=self._terminal(), console=self._console())
