@@ -5,7 +5,7 @@ turns after the boundary that were never summarised to the summariser, and that 
 15 s) for the summary. For the sessions most likely to write soon, that work is started right after "ready",
 in the background: those active in the last :data:`RECENT_DAYS` days with more unsummarised messages than the
 restore keeps, latest first, at most :data:`MAX_SESSIONS`, loaded one after another exactly as their first
-message would load them (agent/session.py ``SessionManager.get``). Start-up does not wait for it and its time
+message would load them (agent/sessions.py ``SessionManager.get``). Start-up does not wait for it and its time
 does not grow with history: one indexed query and a bounded number of loads. With several processes on one
 database (DESIGN §10) it is left to the lazy path, so two processes never queue the same restore twice.
 """
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from core.turns import restore_turn_count
 
 if TYPE_CHECKING:
-    from agent.session import SessionManager
+    from agent.sessions import SessionManager
     from config.settings import Config
     from store.store import Store
 

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.loop import Agent  # noqa: E402
-from agent.session import LoggingDropSink, SessionManager  # noqa: E402
+from agent.sessions import LoggingDropSink, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from config.settings import Config, ConfigHolder  # noqa: E402
 from dispatcher.dispatcher import Dispatcher  # noqa: E402

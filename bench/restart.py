@@ -76,7 +76,7 @@ async def create_schema(db: Path) -> None:
 
 async def restore_times(db: Path, sessions: int, samples: int, folder: Path) -> list[float]:
     """Milliseconds of ``SessionManager.get`` for ``samples`` random sessions never loaded before."""
-    from agent.session import LoggingDropSink, SessionManager
+    from agent.sessions import LoggingDropSink, SessionManager
     from config.settings import Config, ConfigHolder
     from core.records import SessionInfo
     from store.store import Store

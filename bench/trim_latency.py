@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.loop import Agent  # noqa: E402
-from agent.session import LiveSessions, SessionManager  # noqa: E402
+from agent.sessions import LiveSessions, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from config.settings import Config, ConfigHolder  # noqa: E402
 from core.records import SessionInfo  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.loop import Agent  # noqa: E402
-from agent.session import LoggingDropSink, SessionManager  # noqa: E402
+from agent.sessions import LoggingDropSink, SessionManager  # noqa: E402
 from agent.tools.base import ToolRegistry  # noqa: E402
 from agent.tools.current_time import current_time  # noqa: E402
 from bench.sqlite_stalls import OPTIONS, open_store  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent.llm import OpenAILLM, UnconfiguredLLM
 from agent.loop import Agent
-from agent.session import LiveSessions, SessionManager
+from agent.sessions import LiveSessions, SessionManager
 from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
 from agent.window import ModelWindows

@@ -134,6 +134,6 @@ RESTORE_TURNS_DIVISOR = 6
 def restore_turn_count(max_turns: int) -> int:
     """How many turns restart recovery restores: ``max(3, agent_max_context_turns // 6)`` (DESIGN §4).
 
-    This is the one place the rule lives; agent/session.py asks it, and tests/core/test_turns.py pins it.
+    This is the one place the rule lives; agent/sessions.py asks it, and tests/core/test_turns.py pins it.
     """
     return max(RESTORE_MIN_TURNS, max_turns // RESTORE_TURNS_DIVISOR)

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from agent.session import SessionManager
+from agent.sessions import SessionManager
 from core.records import PendingIncoming
 from dispatcher.journal import Journalled
 from dispatcher.queue import SessionQueue, Ticket

@@ -21,7 +21,7 @@ _COMMAND = re.compile(r"^/(?P<command>[A-Za-z0-9_]+)(?:@(?P<mention>[A-Za-z0-9_]
 
 if TYPE_CHECKING:
     from agent.loop import Agent
-    from agent.session import SessionManager
+    from agent.sessions import SessionManager
     from agent.tools.base import ToolRegistry
     from channels.base import BaseChannel
     from config.settings import ConfigHolder

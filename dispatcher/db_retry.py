@@ -18,7 +18,7 @@ from store.engine import database_unavailable
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
-    from agent.session import SessionManager
+    from agent.sessions import SessionManager
     from store.store import Store
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from agent.loop import Agent
-from agent.session import SessionManager
+from agent.sessions import SessionManager
 from channels.base import BaseChannel
 from core.messages import IncomingMessage
 from core.records import PendingIncoming, SessionInfo

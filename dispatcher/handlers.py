@@ -12,7 +12,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from agent.loop import Agent
-from agent.session import SessionManager, SessionState
+from agent.session import SessionState
+from agent.sessions import SessionManager
 from agent.turn import AgentTurn, AnswerSink, FinalAnswer, TurnResult
 from channels.base import BaseChannel
 from core.messages import IncomingMessage

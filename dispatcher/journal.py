@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.session import SessionManager
+from agent.sessions import SessionManager
 from dispatcher.hooks import MessageHooks, user_message
 from dispatcher.intake import Accepted, journal_payload
 from store.store import Store

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.loop import Agent
-from agent.session import SessionManager
+from agent.sessions import SessionManager
 from channels.base import BaseChannel
 from core.usage import speaker_of
 from dispatcher.admins import Admins

@@ -29,7 +29,7 @@ from store.reminders import Reminder, Reminders
 if TYPE_CHECKING:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    from agent.session import SessionManager
+    from agent.sessions import SessionManager
     from config.settings import Config
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """What the summariser needs of its collaborators, as protocols: a token counter per model and the loaded
-session contexts it injects a summary into (implemented by ``agent.tokens`` and ``agent.session``, which the
+session contexts it injects a summary into (implemented by ``agent.tokens`` and ``agent.sessions``, which the
 summariser does not import)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class LiveState(Protocol):
 
 
 class SummaryTarget(Protocol):
-    """Where a summary goes: the session owner's port (agent.session.LiveSessions), which writes the store and
+    """Where a summary goes: the session owner's port (agent.sessions.LiveSessions), which writes the store and
     the loaded context together. The summariser never writes either itself."""
 
     def peek(self, session_id: str) -> LiveState | None:

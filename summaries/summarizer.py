@@ -155,7 +155,7 @@ class Summarizer:
         self.store = store
         self.llm = llm
         self.config = config
-        #: the session owner's port: a summary is stored and injected live through it (agent.session.LiveSessions)
+        #: the session owner's port: a summary is stored and injected live through it (agent.sessions.LiveSessions)
         self.sessions = sessions
         self.daily = daily
         #: told when a summary becomes a session's injected summary (kind "injected"); may be set later

@@ -9,7 +9,7 @@ import pytest
 from agent.call import STREAM_BROKEN_NOTE
 from agent.loop import CLEARED_REPLY, Agent
 from agent.request import FINAL_ANSWER_PROMPT
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry, tool
 from agent.turn import AgentTurn
 from config.settings import Config, ConfigHolder

@@ -1,11 +1,12 @@
-"""Tests for agent/session.py: restart recovery (counts, text only, summary re-injection), eviction,
-and the session operations behind /context clear and /compact. Real store, on SQLite and PostgreSQL."""
+"""Tests for agent/sessions.py and agent/session.py: restart recovery (counts, text only, summary
+re-injection), eviction, and the session operations behind /context clear and /compact. Real store, on SQLite
+and PostgreSQL."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.session import CompactResult, LoggingDropSink, SessionManager
+from agent.sessions import CompactResult, LoggingDropSink, SessionManager
 from config.settings import Config, ConfigHolder
 from core.records import SessionInfo
 

@@ -1,8 +1,10 @@
-"""A session has one owner: agent/session.py writes its context, in the store and in memory, together.
+"""A session has one owner: agent/session.py (the handle) and agent/sessions.py (the manager) write its context,
+in the store and in memory, together.
 
 The session manager hands out :class:`SessionState`, whose async methods write the store and the live context
-in one place (and :class:`LiveSessions`, the summariser's port, does the same for summaries). This walks the
-project's source for the three ways around that:
+in one place (and :class:`LiveSessions`, the summariser's port, does the same for summaries; the manager's own
+``clear``, ``compact``, ``note`` and ``erase`` use the state's live-only writers too). This walks the project's
+source, those two modules aside, for the three ways around that:
 
 - an assignment to, deletion of or in-place change of an attribute named like one of the state's fields on
   anything but ``self`` (tests included);
@@ -25,7 +27,8 @@ from store.reminders import Reminders
 from store.sessions import Sessions
 
 ROOT = Path(__file__).resolve().parents[2]
-OWNER = ROOT / "agent" / "session.py"
+#: the owner: the handle and the manager, exactly these two modules (relative to the project's root)
+OWNERS = frozenset({"agent/session.py", "agent/sessions.py"})
 #: the context's fields (``store``, where it is written, is set once by the manager and shares its name with
 #: every other holder of a store)
 FIELDS = frozenset(f.name for f in dataclasses.fields(SessionState)) - {"store"}
@@ -109,16 +112,28 @@ def store_writer_uses(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def _sources(*, tests: bool = True):
-    """(path, source) of each module but the owner; without ``tests``, tests and benchmarks (which prepare a
+def _sources(*, tests: bool = True, root: Path = ROOT):
+    """(path, source) of each module but the owner's two; without ``tests``, tests and benchmarks (which prepare a
     database as an earlier process left it) left out."""
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT).parts
-        if path == OWNER or parts[0].startswith(".") or "migrations" in parts or path == Path(__file__):
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.as_posix() in OWNERS or rel.parts[0].startswith(".") or "migrations" in rel.parts \
+                or path == Path(__file__):
             continue
-        if not tests and parts[0] in ("tests", "bench"):
+        if not tests and rel.parts[0] in ("tests", "bench"):
             continue
-        yield path.relative_to(ROOT).as_posix(), path.read_text()
+        yield rel.as_posix(), path.read_text()
+
+
+def _offenders(root: Path) -> list[str]:
+    """Every write around the owner in the tree at ``root``, as the three tests below look for them."""
+    found = [f"{rel}:{line} writes {expr}" for rel, source in _sources(root=root)
+             for line, _, expr in writes(source) if (rel, expr) not in OTHER_CLASSES]
+    found += [f"{rel}:{line} calls {expr}" for rel, source in _sources(root=root)
+              if not rel.startswith(("store/", "tests/store/")) for line, expr in live_writer_calls(source)]
+    found += [f"{rel}:{line} uses {expr}" for rel, source in _sources(tests=False, root=root)
+              if not rel.startswith("store/") for line, expr in store_writer_uses(source)]
+    return found
 
 
 def test_the_writer_lists_name_real_writers() -> None:
@@ -126,6 +141,20 @@ def test_the_writer_lists_name_real_writers() -> None:
     for name in STORE_WRITERS | {STORE_APPEND}:
         assert any(hasattr(owner, name) for owner in (Sessions, Reminders, store.media)), name
     assert {"_append", "_replace", "_set_summary", "_reset", "_move_boundary"} <= LIVE_WRITERS
+
+
+def test_the_owner_is_exactly_the_two_modules_and_a_writer_elsewhere_is_found(tmp_path: Path) -> None:
+    """The handle and the manager exist and are the only modules left out; the same writer planted in either is
+    allowed, planted beside them (agent/other.py) it is found, all three ways."""
+    assert all((ROOT / rel).is_file() for rel in OWNERS)
+    writer = "async def w(self, state):\n    state.summary = 's'\n    state._reset(0)\n" \
+             "    await self.store.sessions.set_summary(state.session_id, None)\n"
+    (tmp_path / "agent").mkdir()
+    for rel in (*OWNERS, "agent/other.py"):
+        (tmp_path / rel).write_text(writer)
+    assert sorted(_offenders(tmp_path)) == ["agent/other.py:2 writes state.summary",
+                                            "agent/other.py:3 calls state._reset",
+                                            "agent/other.py:4 uses self.store.sessions.set_summary"]
 
 
 def test_the_checker_finds_each_kind_of_write() -> None:

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from channels.telegram.channel import TelegramChannel
 from config.settings import Config, ConfigHolder

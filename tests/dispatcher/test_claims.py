@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
 from core.records import SessionInfo

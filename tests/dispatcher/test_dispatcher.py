@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
 from core.errors import TransientLLMError

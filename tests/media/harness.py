@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from agent.llm import OpenAILLM
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
 from channels.telegram.channel import TelegramChannel

@@ -8,7 +8,7 @@ import asyncio
 from agent.images import DESCRIBE_PROMPT
 from agent.llm import OpenAILLM
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tokens import MESSAGE_OVERHEAD, TokenCounter
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder

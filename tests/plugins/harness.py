@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.llm import OpenAILLM
 from agent.loop import Agent
-from agent.session import LoggingDropSink, SessionManager
+from agent.sessions import LoggingDropSink, SessionManager
 from agent.tokens import TokenCounters
 from agent.tools.base import ToolRegistry
 from config.settings import ConfigHolder, load_config

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from agent.context import injection_text
 from agent.loop import Agent
-from agent.session import LiveSessions, SessionManager
+from agent.sessions import LiveSessions, SessionManager
 from agent.tools.base import ToolContext, ToolRegistry, tool
 from agent.tools.memory_tools import memory_get, memory_search
 from config.settings import Config, ConfigHolder

@@ -315,7 +315,7 @@ async def test_the_first_reply_waits_only_so_long_then_answers_and_the_summary_f
 
 
 async def test_the_first_reply_after_an_eviction_sees_the_skipped_turns_summary(tmp_path, monkeypatch):
-    import agent.session as session_module
+    import agent.sessions as session_module
 
     w = await World(tmp_path, FakeLLM(latency=0.2), agent_max_context_turns=20).open()
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 from agent.context import injection_text
 from agent.llm import OpenAILLM
 from agent.loop import Agent
-from agent.session import LiveSessions, SessionManager
+from agent.sessions import LiveSessions, SessionManager
 from agent.tools.base import ToolRegistry
 from config.settings import Config, ConfigHolder
 from core.records import SessionInfo

@@ -13,7 +13,7 @@ import pytest
 import time_machine
 
 from agent.llm import OpenAILLM
-from agent.session import LiveSessions
+from agent.sessions import LiveSessions
 from core.retry import SUMMARY_CALL
 from summaries.summarizer import Summarizer
 from tests.fakes.openai_server import FakeOpenAIServer

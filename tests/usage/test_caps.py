@@ -15,7 +15,7 @@ import time_machine
 from sqlalchemy import select
 
 from agent.llm import OpenAILLM
-from agent.session import LiveSessions
+from agent.sessions import LiveSessions
 from core.records import SessionInfo
 from memory.daily import DailyMemory
 from store.models import UsageRow
