@@ -22,9 +22,9 @@ from yarl import URL
 
 from channels.registry import check_channel_type
 from config.edit import parse_value, save_and_apply
+from config.help import KEY_HELP
 from config.settings import (
     ENV_OVERRIDES,
-    KEY_HELP,
     KNOWN_KEYS,
     NESTED_SECRET_KEYS,
     RESTART_KEYS,

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from config.help import KEY_HELP
 from config.settings import (
-    KEY_HELP,
     KNOWN_KEYS,
     SECRET_KEYS,
     Config,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from config.edit import save_and_apply, write_settings
-from config.settings import KEY_HELP, KNOWN_KEYS, Config, ConfigHolder, load_config
+from config.help import KEY_HELP
+from config.settings import KNOWN_KEYS, Config, ConfigHolder, load_config
 from console.config_page import changed_settings, fields, file_digest, parse_field, shown_value
 from core.errors import ConfigError
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import KEY_HELP, KNOWN_KEYS
+from config.help import KEY_HELP
+from config.settings import KNOWN_KEYS
 from summaries.text import SUMMARY_SYSTEM_PROMPT
 from tests.console.conftest import DESKTOP, PHONE, free_port
 from tests.fakes.bot_process import BotProcess
