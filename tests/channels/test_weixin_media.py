@@ -101,7 +101,7 @@ async def test_a_photo_is_fetched_from_the_cdn_and_decrypted(api, tmp_path, key_
         msg = await next_message(bot, 1)
         assert msg.content_type == "photo"
         assert await channel.download(msg) == picture
-        assert list(api.cdn_fetches.values()) == [1]
+        assert list(api.cdn.fetches.values()) == [1]
     finally:
         await channel.stop()
 
@@ -116,7 +116,7 @@ async def test_an_unknown_file_or_one_too_big_fails_and_nothing_else_does(api, t
         with pytest.raises(ValueError, match="at most 100"):
             await channel.download(msg)
         monkeypatch.undo()
-        api.cdn.clear()  # the CDN no longer has it
+        api.cdn.kept.clear()  # the CDN no longer has it
         with pytest.raises(ILinkHTTPError) as failed:
             await channel.download(msg)
         assert failed.value.status == 400

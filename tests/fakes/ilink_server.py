@@ -14,12 +14,10 @@ and ``msg/notifystop``, ``getupdates`` (a long poll with an opaque ``get_updates
 failed"`` for a text over :attr:`FakeILink.max_text` characters (4,000 by default, the plugin's limit) and for a
 context token older than :attr:`FakeILink.token_ttl_s` (24 hours), and a bare ``{"ret": -2}`` for the 11th reply
 with one token (:data:`REPLIES_PER_TOKEN`); each refusal is kept in :attr:`FakeILink.refused`. And a file:
-``getuploadurl`` (the upload's key, sizes and MD5), the CDN upload of the
-encrypted file (AES-128-ECB, at the ``upload_full_url`` the fake hands out, which answers the download parameter
-in ``x-encrypted-param``) and ``sendmessage`` with one file item referring to it; the decrypted file is
-checked against the declared size and MD5 and kept in :attr:`FakeILink.files`. Photos and voice messages a user
-sends (:meth:`FakeILink.push_image`, :meth:`FakeILink.push_voice`) are kept encrypted on the fake CDN
-(``GET /c2c/download?encrypted_query_param=…``), their references carrying the key as WeChat's do.
+``getuploadurl`` (the upload's key, sizes and MD5), the CDN upload of the encrypted file, and ``sendmessage``
+with one file item referring to it, kept in :attr:`FakeILink.files`. The CDN, on the same port, is
+tests/fakes/ilink_cdn.py (:attr:`FakeILink.cdn`): what the bot uploads, and the photos and voice messages a user
+sends (:meth:`FakeILink.push_image`, :meth:`FakeILink.push_voice`), kept encrypted as WeChat keeps them.
 Every bot call must carry ``Content-Type: application/json``, ``AuthorizationType: ilink_bot_token``,
 ``Authorization: Bearer <token>`` and ``X-WECHAT-UIN`` (base64 of a decimal uint32); a request that does not is
 answered 400 and recorded in :attr:`FakeILink.violations`. A token WeChat ended
@@ -39,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
 import itertools
 import json
 import re
@@ -48,9 +45,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Self
-from urllib.parse import quote
 
 from aiohttp import web
+
+from tests.fakes.ilink_cdn import FakeCdn
 
 SESSION_TIMEOUT = {"ret": -14, "errcode": -14, "errmsg": "session timeout"}
 TEXT_LIMIT = 4000
@@ -128,16 +126,12 @@ class FakeILink:
         self.typing: list[tuple[str, int]] = []
         self.tickets: dict[str, str] = {}
         self.violations: list[str] = []
-        #: uploads announced by getuploadurl (upload_param -> details), and the uploaded ones by download param
-        self.uploads: dict[str, dict[str, Any]] = {}
-        self.uploaded: dict[str, dict[str, Any]] = {}
-        #: files users sent, on the fake CDN: download param -> encrypted bytes; and how often each was fetched
-        self.cdn: dict[str, bytes] = {}
-        self.cdn_fetches: dict[str, int] = {}
         #: files the bot sent: {"to", "file_name", "data", "context_token"}
         self.files: list[dict[str, Any]] = []
         #: every request: (method, path)
         self.requests: list[tuple[str, str]] = []
+        #: the CDN: files users sent (kept encrypted) and files the bot uploads, on this server's port
+        self.cdn = FakeCdn(lambda: self.base_url, self.requests)
         #: answer the next n bot calls with HTTP 500 (a flaky gateway)
         self.fail_next = 0
         #: the sendmessage calls (1-based, counted over the fake's life) answered with HTTP 500
@@ -199,8 +193,7 @@ class FakeILink:
                               ("getuploadurl", self._getuploadurl), ("msg/notifystart", self._notifier("notifystart")),
                               ("msg/notifystop", self._notifier("notifystop"))):
             app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
-        app.router.add_post("/c2c/upload", self._cdn_upload)
-        app.router.add_get("/c2c/download", self._cdn_download)
+        self.cdn.add_routes(app.router)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -270,39 +263,10 @@ class FakeILink:
         """A user sends a text message."""
         return self.push(user_id, [{"type": 1, "text_item": {"text": text}}], **kwargs)
 
-    def put_on_cdn(self, data: bytes) -> tuple[str, bytes]:
-        """Keep ``data`` on the fake CDN, encrypted under a fresh key, as WeChat does with what a user sends;
-        returns (download param, key)."""
-        from cryptography.hazmat.primitives import padding
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
-        key = secrets.token_bytes(16)
-        padder = padding.PKCS7(128).padder()
-        encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
-        encrypted = encryptor.update(padder.update(data) + padder.finalize()) + encryptor.finalize()
-        param = base64.urlsafe_b64encode(secrets.token_bytes(30)).decode()
-        with self._lock:
-            self.cdn[param] = encrypted
-        return param, key
-
-    def media_ref(self, data: bytes, *, key_as: str = "raw", full_url: bool = True) -> tuple[dict[str, Any], str]:
-        """A CDN media reference to ``data`` as a message carries it, and the hex key for an image item's own
-        ``aeskey`` (``key_as`` "item"; "raw": ``aes_key`` is base64 of the key bytes; "hex": base64 of their hex).
-        With ``full_url`` the reference names the fake's download address itself."""
-        param, key = self.put_on_cdn(data)
-        media: dict[str, Any] = {"encrypt_query_param": param, "encrypt_type": 1}
-        if key_as == "raw":
-            media["aes_key"] = base64.b64encode(key).decode()
-        elif key_as == "hex":
-            media["aes_key"] = base64.b64encode(key.hex().encode()).decode()
-        if full_url:
-            media["full_url"] = f"{self.base_url}/c2c/download?encrypted_query_param={quote(param, safe='')}"
-        return media, key.hex() if key_as == "item" else ""
-
     def push_image(self, user_id: str, data: bytes, *, key_as: str = "raw", full_url: bool = True,
                    **kwargs: Any) -> int:
         """A user sends a photo (``data``, any image file's bytes), kept encrypted on the fake CDN."""
-        media, item_key = self.media_ref(data, key_as=key_as, full_url=full_url)
+        media, item_key = self.cdn.media_ref(data, key_as=key_as, full_url=full_url)
         image: dict[str, Any] = {"media": media, "mid_size": len(data)}
         if item_key:
             image["aeskey"] = item_key
@@ -312,7 +276,7 @@ class FakeILink:
                    **kwargs: Any) -> int:
         """A user sends a voice message: its audio on the fake CDN (SILK unless ``encode_type`` says otherwise)
         and WeChat's own transcript, when ``text`` is given."""
-        media, _ = self.media_ref(data, key_as="hex")
+        media, _ = self.cdn.media_ref(data, key_as="hex")
         voice: dict[str, Any] = {"media": media, "encode_type": encode_type, "playtime": 2000}
         if text:
             voice["text"] = text
@@ -561,54 +525,13 @@ class FakeILink:
             problems.append("rawfilemd5 or to_user_id missing")
         if problems:
             return self._violation("getuploadurl: " + "; ".join(problems))
-        param = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode()
-        with self._lock:
-            self.uploads[param] = {**body}
-        url = f"{self.base_url}/c2c/upload?encrypted_query_param={quote(param, safe='')}&filekey={filekey}"
+        param, url = self.cdn.announce(body)
         return web.json_response({"ret": 0, "upload_param": param, "upload_full_url": url})
-
-    async def _cdn_upload(self, request: web.Request) -> web.Response:
-        self.requests.append((request.method, request.path))
-        upload = self.uploads.pop(request.query.get("encrypted_query_param", ""), None)
-        if upload is None or request.query.get("filekey") != upload["filekey"]:
-            return web.Response(status=400, headers={"x-error-message": "unknown upload"})
-        if request.headers.get("Content-Type") != "application/octet-stream":
-            return web.Response(status=400, headers={"x-error-message": "not application/octet-stream"})
-        body = await request.read()
-        if len(body) != upload["filesize"]:
-            return web.Response(status=400, headers={"x-error-message": "size mismatch"})
-        from cryptography.hazmat.primitives import padding
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
-        try:
-            decryptor = Cipher(algorithms.AES(bytes.fromhex(upload["aeskey"])), modes.ECB()).decryptor()
-            unpadder = padding.PKCS7(128).unpadder()
-            data = unpadder.update(decryptor.update(body) + decryptor.finalize()) + unpadder.finalize()
-        except ValueError:
-            return web.Response(status=400, headers={"x-error-message": "bad padding"})
-        if len(data) != upload["rawsize"] or hashlib.md5(data).hexdigest() != upload["rawfilemd5"]:  # noqa: S324
-            return web.Response(status=400, headers={"x-error-message": "md5 mismatch"})
-        download = base64.urlsafe_b64encode(secrets.token_bytes(30)).decode()
-        with self._lock:
-            self.uploaded[download] = {**upload, "data": data}
-        return web.Response(status=200, headers={"x-encrypted-param": download})
-
-    async def _cdn_download(self, request: web.Request) -> web.Response:
-        """A file a user sent, encrypted as it was kept; 400 for an unknown download param (as the CDN does)."""
-        self.requests.append((request.method, request.path))
-        param = request.query.get("encrypted_query_param", "")
-        with self._lock:
-            data = self.cdn.get(param)
-            if data is not None:
-                self.cdn_fetches[param] = self.cdn_fetches.get(param, 0) + 1
-        if data is None:
-            return web.Response(status=400, headers={"x-error-message": "unknown file"})
-        return web.Response(body=data, content_type="application/octet-stream")
 
     def _send_file(self, msg: dict[str, Any], item: dict[str, Any], problems: list[str]) -> web.Response:
         file_item = item.get("file_item") or {}
         media = file_item.get("media") or {}
-        upload = self.uploaded.get(str(media.get("encrypt_query_param") or ""))
+        upload = self.cdn.uploaded.get(str(media.get("encrypt_query_param") or ""))
         if upload is None:
             problems.append("file_item.media.encrypt_query_param is no uploaded file's")
         else:
