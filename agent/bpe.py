@@ -14,7 +14,8 @@ in about a tenth of the memory of the C++, Rust and Python tokenizers measured i
 - **Pre-tokenisation** is tiktoken's own pattern for the encoding (``tiktoken_ext/openai_public.py``) run by
   the ``regex`` module, with ``\\s`` spelled ``\\p{White_Space}`` and ``$`` spelled ``\\Z`` as Rust's regex
   engine reads them.
-- **Counting a piece.** A bounded cache maps recent pieces to their counts (real text repeats most pieces); a
+- **Counting a piece.** The counts of the latest 32 longer texts are kept (a chat's summary is counted several
+  times a turn); a bounded cache maps recent pieces to their counts (real text repeats most pieces); a
   piece that is itself a token counts 1; else the byte-pair merge runs: the adjacent pair of lowest rank
   (leftmost on a tie) is merged until none is a token. Short pieces use tiktoken's list scan; long ones (a line
   of Chinese without spaces is one piece) use a heap with lazy deletion, O(n log n).
@@ -72,6 +73,10 @@ TABLES: dict[str, tuple[str, int]] = {"cl100k_base": ("cl100k.vocab", 100_256), 
 SHORT_PIECE = 48
 #: pieces kept in the cache of counts; when full, the older half is dropped
 CACHE_SIZE = 20_000
+
+#: whole texts of TEXT_MIN..TEXT_MAX characters whose counts are kept, the TEXTS latest: a chat's summary is
+#: counted several times a turn and again every turn
+TEXT_MIN, TEXT_MAX, TEXTS = 200, 20_000, 32
 
 _BIG = 1 << 62  # "no such token", larger than any rank
 
@@ -138,6 +143,7 @@ class Encoding:
         self._findall_ascii = re.compile(ASCII_PATTERNS[name], re.ASCII).findall
         self._cache = _Cache(self.count_piece, cache_size)
         self._count_cached = self._cache.__getitem__
+        self._texts: dict[str, int] = {}
 
     def _load(self, path: Path, expected: int) -> None:
         """Read the rank file into the blob, the offsets and the hash table."""
@@ -236,8 +242,19 @@ class Encoding:
     def count(self, text: str) -> int:
         """Tokens of ``text`` (special-token markers are ordinary text). Raises ``UnicodeEncodeError`` for a lone
         surrogate, as tiktoken's binding refuses one (the caller replaces it)."""
+        remember = TEXT_MIN <= len(text) <= TEXT_MAX
+        if remember:
+            known = self._texts.get(text)
+            if known is not None:
+                return known
         pieces = self._findall_ascii(text) if text.isascii() else self._findall(text)
-        return sum(map(self._count_cached, pieces))
+        count = sum(map(self._count_cached, pieces))
+        if remember:
+            texts = self._texts
+            if len(texts) >= TEXTS:
+                texts.pop(next(iter(texts), None), None)
+            texts[text] = count
+        return count
 
 
 def get_encoding(name: str) -> Encoding:

@@ -188,6 +188,19 @@ def test_a_full_cache_drops_its_older_half() -> None:
     assert " " + words[-1] in enc._cache  # the newest piece stays
 
 
+def test_the_latest_longer_texts_keep_their_counts() -> None:
+    from agent import bpe
+
+    enc = bpe.Encoding("o200k_base")
+    summary = CHINESE * 10
+    assert enc.count(summary) == enc.count(summary) == 10 * enc.count(CHINESE) + 0 * len(enc._texts)
+    assert enc._texts == {summary: enc.count(summary)}
+    for i in range(bpe.TEXTS + 5):
+        enc.count(ENGLISH * 2 + str(i))
+    assert len(enc._texts) == bpe.TEXTS and summary not in enc._texts
+    assert enc.count("short") == 1 and "short" not in enc._texts
+
+
 def test_a_rank_file_in_another_format_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agent import bpe
 
