@@ -276,6 +276,7 @@ def rss() -> dict[str, float]:
 def child(name: str, encoding: str, folder: Path, rounds: int) -> None:
     """Measure one candidate in this (fresh) process; print one JSON line."""
     texts = corpus()
+    turn_texts = turns(2500)
     before = rss()
     started = time.process_time()
     try:
@@ -293,7 +294,6 @@ def child(name: str, encoding: str, folder: Path, rounds: int) -> None:
         for text in texts:
             count(text)
         seconds.append(time.process_time() - t)
-    turn_texts = turns(2500)
     for texts_of_turn in turn_texts[:500]:
         for text in texts_of_turn:
             count(text)
