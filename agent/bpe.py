@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import itertools
+import operator
 import re
 from array import array
 from pathlib import Path
@@ -80,7 +81,11 @@ CACHE_SIZE = 20_000
 #: counted several times a turn and again every turn
 TEXT_MIN, TEXT_MAX, TEXTS = 200, 20_000, 32
 
-_BIG = 1 << 62  # "no such token", larger than any rank
+#: texts longer than this (characters) are split into pieces one at a time, not into a list first
+LONG_TEXT = 1 << 16
+
+_BIG = 1 << 62
+_group = operator.methodcaller("group")  # "no such token", larger than any rank
 
 
 def _spelled_for_regex(pattern: str) -> str:
@@ -143,6 +148,8 @@ class Encoding:
         self._load(path or table_path(name), TABLES[name][1])
         self._findall = regex.compile(_spelled_for_regex(PATTERNS[name])).findall
         self._findall_ascii = re.compile(ASCII_PATTERNS[name], re.ASCII).findall
+        self._finditer = self._findall.__self__.finditer
+        self._finditer_ascii = self._findall_ascii.__self__.finditer
         self._cache = _Cache(self.count_piece, cache_size)
         self._count_cached = self._cache.__getitem__
         self._texts: dict[str, int] = {}
@@ -249,7 +256,11 @@ class Encoding:
             known = self._texts.get(text)
             if known is not None:
                 return known
-        pieces = self._findall_ascii(text) if text.isascii() else self._findall(text)
+        if len(text) <= LONG_TEXT:
+            pieces = self._findall_ascii(text) if text.isascii() else self._findall(text)
+        else:  # one piece at a time: a list of every piece of a long text would take ~60 bytes a token at once
+            finditer = self._finditer_ascii if text.isascii() else self._finditer
+            pieces = map(_group, finditer(text))
         count = sum(map(self._count_cached, pieces))
         if remember:
             texts = self._texts

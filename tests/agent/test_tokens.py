@@ -268,8 +268,15 @@ def test_special_token_markers_are_ordinary_text() -> None:
 
 
 def test_long_texts_are_counted_whole_and_exactly() -> None:
+    from agent import bpe
+
     counter = TokenCounter("gpt-4o")
     assert counter.count_text("hello world, this is long. " * 10_000) == 70_001  # tiktoken's count
+    import quicktok
+
+    chinese = "你好，世界。" * 20_000
+    assert counter.count_text(chinese) == quicktok.get_encoding("o200k_base").count(chinese)
+    assert len("hello world, this is long. " * 10_000) > bpe.LONG_TEXT  # split one piece at a time
     # one piece of 120,000 bytes (no space to split at): the heap merge, O(n log n)
     assert counter.count_text("x" * 120_000) == 15_000
 
