@@ -17,10 +17,12 @@ on the pieces it has (a cache), which is where a chat's turns spend their counti
   the ``regex`` module, with ``\\s`` spelled ``\\p{White_Space}`` and ``$`` spelled ``\\Z`` as Rust's regex
   engine reads them.
 - **Counting a piece.** The counts of the latest 32 longer texts are kept (a chat's summary is counted several
-  times a turn); a bounded cache maps recent pieces to their counts (real text repeats most pieces); a
-  piece that is itself a token counts 1; else the byte-pair merge runs: the adjacent pair of lowest rank
-  (leftmost on a tie) is merged until none is a token. Short pieces use tiktoken's list scan; long ones (a line
-  of Chinese without spaces is one piece) use a heap with lazy deletion, O(n log n).
+  times a turn); a bounded cache maps recent pieces (up to 256 characters) to their counts (real text repeats
+  most pieces); a piece that is itself a token counts 1; else the byte-pair merge runs: the adjacent pair of
+  lowest rank (leftmost on a tie) is merged until none is a token. Short pieces use tiktoken's list scan; long
+  ones (a line of Chinese without spaces is one piece) use a heap with lazy deletion, O(n log n).
+- **ASCII text** (most English and code) is split by the standard ``re`` module with the same patterns spelled
+  for ASCII, about three times faster than ``regex``.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ TABLES: dict[str, tuple[str, int]] = {"cl100k_base": ("cl100k.vocab", 100_256), 
 
 #: pieces at most this long (in bytes) are merged by a list scan, longer ones with a heap
 SHORT_PIECE = 48
-#: pieces kept in the cache of counts; when full, the older half is dropped
-CACHE_SIZE = 20_000
+#: pieces kept in the cache of counts; when full, the older half is dropped. Longer pieces (characters) are not kept.
+CACHE_SIZE, PIECE_MAX = 20_000, 256
 
 #: whole texts of TEXT_MIN..TEXT_MAX characters whose counts are kept, the TEXTS latest: a chat's summary is
 #: counted several times a turn and again every turn
@@ -129,6 +131,8 @@ class _Cache(dict):
 
     def __missing__(self, piece: str) -> int:
         count = self._count_piece(piece.encode("utf-8"))
+        if len(piece) > PIECE_MAX:  # not kept: the cache's memory stays bounded by its size
+            return count
         if len(self) >= self._size:
             for old in list(itertools.islice(self, self._size // 2)):
                 self.pop(old, None)

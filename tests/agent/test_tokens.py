@@ -186,6 +186,8 @@ def test_a_full_cache_drops_its_older_half() -> None:
     assert enc.count(" ".join(words)) == TokenCounter("gpt-4").count_text(" ".join(words))
     assert 0 < len(enc._cache) <= 8
     assert " " + words[-1] in enc._cache  # the newest piece stays
+    assert enc.count("x" * (bpe.PIECE_MAX + 1)) == enc.count("x" * (bpe.PIECE_MAX + 1)) == 33
+    assert max(map(len, enc._cache)) <= bpe.PIECE_MAX  # a long piece is counted, not kept
 
 
 def test_the_latest_longer_texts_keep_their_counts() -> None:
