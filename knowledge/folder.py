@@ -89,6 +89,15 @@ class KnowledgeFolder:
         if not added.unchanged:
             logger.info("knowledge folder: %s/%s indexed (%d chunks)", scope, name, added.document.chunks)
 
+    async def _new_folder(self, folder: Path) -> None:
+        """A scope folder that appeared: index the files already in it. The watcher watches a new folder only once
+        it has seen it, so a file put there at once (``mkdir global && cp faq.md global/``, or a copied folder) raises
+        no event of its own."""
+        files = await asyncio.to_thread(self.files)
+        for (scope, name), path in files.items():
+            if path.parent == folder:
+                await self.index(scope, name, path)
+
     async def scan(self) -> None:
         """Index new and changed files; remove the folder's documents whose files are gone."""
         files = await asyncio.to_thread(self.files)
@@ -160,6 +169,9 @@ class KnowledgeFolder:
             self.ready.set()
 
     async def _changed(self, change: watchfiles.Change, path: Path) -> None:
+        if change != watchfiles.Change.deleted and path.parent == self.root and await asyncio.to_thread(path.is_dir):
+            await self._new_folder(path)
+            return
         place = self._place(path)
         if place is None:
             return

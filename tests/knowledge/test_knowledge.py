@@ -172,6 +172,18 @@ async def test_folder_scan_and_watch(store: Store, tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.05)
         assert [d.name for d in await kb.documents()] == ["manual.pdf"]
+        # a new scope folder with a file put in it at once: the watcher sees the folder, not always the file
+        for n in range(5):
+            (root / f"team{n}").mkdir()
+            (root / f"team{n}" / "notes.md").write_text(f"# Notes\nTeam {n} meets on Mondays.")
+        for _ in range(300):
+            if len(await kb.documents()) == 6:
+                break
+            await asyncio.sleep(0.05)
+        assert sorted((d.scope, d.name) for d in await kb.documents()) == [
+            ("global", "manual.pdf"), *((f"team{n}", "notes.md") for n in range(5))]
+        for n in range(5):
+            (root / f"team{n}" / "notes.md").unlink()
     finally:
         await folder.stop()
     # a restart with the file gone meanwhile: the scan removes it; an unchanged file is not indexed again
