@@ -68,6 +68,8 @@ CANDIDATES = 50
 #: The fusion's constant: small, so the head of each ranking counts most (60, memory_search's, found less on LoCoMo:
 #: bench/memory_locomo.py, BENCHMARKS.md); 10 rather than 5 since history_search shows 10-15 results, not 5.
 RRF_K = 10
+#: A session of up to this many vectors is scanned on the event loop (~1.3 ms at 10,000), a larger one in a thread.
+INLINE_SCAN = 10_000
 #: Bytes of session matrices kept in memory together (the session searched last is kept whatever its size).
 CACHE_BYTES = 48 * 1024 * 1024
 #: two letters together, or one CJK character (a word alone: 猫)
@@ -368,23 +370,29 @@ class HistoryIndex:
     async def _search(self, session_id: str, query: str, limit: int, before_seq: int | None) -> list[HistoryHit]:
         if self.embedder is None:
             return await self.store.sessions.search_history(session_id, query, limit, before_seq)
-        # the database ranks by words while the model embeds the query and the session's vectors are scanned
-        held = await self.vectors(session_id)
-        meaning = asyncio.ensure_future(self._meaning(held, session_id, query, before_seq))
+        # the model embeds the query (the longest part) while the database ranks by words and the session's
+        # vectors are brought up to date, then scanned
+        asked = asyncio.ensure_future(self._question(session_id, query))
         try:
+            held = await self.vectors(session_id)
             words = await self.store.database.run_long(rank_history, session_id, query, CANDIDATES, before_seq)
+            query_vector = await asked
         except BaseException:
-            meaning.cancel()
+            asked.cancel()
             raise
-        order = [seq for seq, _ in fuse(words, await meaning, k=RRF_K)[:limit]]
+        meaning: list[int] = []
+        if query_vector is not None:
+            # a small session's scan (~0.4 ms at 2,000 rows) costs less than a hop to a thread and back
+            meaning = (held.ranking(query_vector, before_seq) if held.size <= INLINE_SCAN else
+                       await asyncio.to_thread(held.ranking, query_vector, before_seq))
+        order = [seq for seq, _ in fuse(words, meaning, k=RRF_K)[:limit]]
         return await self.store.database.run_long(history_hits, session_id, order, query, before_seq)
 
-    async def _meaning(self, held: SessionVectors, session_id: str, query: str, before_seq: int | None) -> list[int]:
-        """The session's seqs by similarity to ``query`` ([] when the query cannot be embedded)."""
+    async def _question(self, session_id: str, query: str) -> np.ndarray | None:
+        """The query's vector (None when it cannot be embedded)."""
         assert self.embedder is not None
         try:
-            query_vector = await self.embedder.embed_query(query)
+            return await self.embedder.embed_query(query)
         except Exception:  # noqa: BLE001 - the words still answer
             logger.exception("session %s: embedding a history query failed; full-text search only", session_id)
-            return []
-        return await asyncio.to_thread(held.ranking, query_vector, before_seq)
+            return None

@@ -48,7 +48,7 @@ class TopicEmbedder(BaseEmbedder):
         self.texts.extend(texts)
         return normalise(np.array([self.vector(t) for t in texts]))
 
-    async def embed_query(self, text: str) -> np.ndarray:
+    async def embed_question(self, text: str) -> np.ndarray:
         if self.fail:
             raise ConnectionError("embedder down")
         self.queries.append(text)
@@ -364,3 +364,23 @@ def test_a_long_message_and_answer_cost_no_more_than_the_caps() -> None:
         (_, text), _ = embed_texts([mv.PendingMessage(1, A, 1, "user", body, next=answer)])
         assert engine.token_count(body, True) > 3 * (hi.EMBED_TOKENS + hi.CONTEXT_TOKENS)
         assert engine.token_count(text, True) <= (hi.EMBED_TOKENS + hi.CONTEXT_TOKENS) * 1.15 + 4
+
+
+async def test_a_question_asked_again_is_embedded_once(store) -> None:
+    # the model often calls history_search and memory_search with the same words in one turn: both tools share
+    # the embedder (the memory_index plugin), which keeps the question's vector
+    await seed(store)
+    model = TopicEmbedder()
+    index = HistoryIndex(store, model)
+    await index.catch_up()
+    first = await index.search(A, "what is my job?", 5)
+    assert await index.search(A, "what is my job?", 5) == first
+    assert model.queries == ["what is my job?"]
+    await index.search(A, "my pet", 5)
+    assert model.queries == ["what is my job?", "my pet"]
+    # a failure is not kept: the words answer, and the next search embeds the question again
+    model.fail = True
+    assert (await index.search(A, "Lisbon travel", 5))[0].seq == 6
+    model.fail = False
+    assert (await index.search(A, "Lisbon travel", 5))[0].seq == 6
+    assert model.queries == ["what is my job?", "my pet", "Lisbon travel"]
