@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -146,7 +148,21 @@ QUESTION_THREADS = 2
 #: The local model's own workers: passages to index wait in one queue, search questions in another, not in
 #: asyncio's shared pool, where a queue of them would hold every worker and delay the replies' own thread
 #: work (Telegram's rendering, memory file writes). A question does not wait for passages (:class:`E5Model`).
-_PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+#: The nice value added to the passages' worker's (Linux: per thread): the background indexer's embeddings give the CPU
+#: to the turns and to search questions whenever they want it (bench/memory_load.py: a passage in flight beside
+#: three questions made each take 2-5x its CPU time in wall time), and use the cores nobody else wants.
+PASSAGE_NICE = 10
+
+
+def _background_thread() -> None:
+    """Lower the calling thread's CPU priority (the passages' worker); nothing where threads have no nice value."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            thread = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + PASSAGE_NICE))
+
+
+_PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed", initializer=_background_thread)
 _QUESTIONS = ThreadPoolExecutor(max_workers=QUESTION_THREADS, thread_name_prefix="embed-query")
 
 

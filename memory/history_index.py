@@ -361,13 +361,15 @@ class HistoryIndex:
         self._cache.pop(session_id, None)
 
     async def search(self, session_id: str, query: str, limit: int,
-                     before_seq: int | None = None) -> list[HistoryHit]:
+                     before_seq: int | None = None, near: int | None = None) -> list[HistoryHit]:
         """The session's messages best matching ``query`` by words and by meaning, best first; full-text only
-        when semantic search is off or the query cannot be embedded."""
+        when semantic search is off or the query cannot be embedded. ``near``: only the first ``near`` hits come
+        with their neighbouring turns (all when None; full-text only: all)."""
         async with self.priority.searching():
-            return await self._search(session_id, query, limit, before_seq)
+            return await self._search(session_id, query, limit, before_seq, near)
 
-    async def _search(self, session_id: str, query: str, limit: int, before_seq: int | None) -> list[HistoryHit]:
+    async def _search(self, session_id: str, query: str, limit: int, before_seq: int | None,
+                      near: int | None) -> list[HistoryHit]:
         if self.embedder is None:
             return await self.store.sessions.search_history(session_id, query, limit, before_seq)
         # the model embeds the query (the longest part) while the database ranks by words and the session's
@@ -386,7 +388,7 @@ class HistoryIndex:
             meaning = (held.ranking(query_vector, before_seq) if held.size <= INLINE_SCAN else
                        await asyncio.to_thread(held.ranking, query_vector, before_seq))
         order = [seq for seq, _ in fuse(words, meaning, k=RRF_K)[:limit]]
-        return await self.store.database.run_long(history_hits, session_id, order, query, before_seq)
+        return await self.store.database.run_long(history_hits, session_id, order, query, before_seq, near)
 
     async def _question(self, session_id: str, query: str) -> np.ndarray | None:
         """The query's vector (None when it cannot be embedded)."""

@@ -252,9 +252,10 @@ def rank_history(conn: Connection, session_id: str, query: str, limit: int, befo
 
 
 def history_hits(conn: Connection, session_id: str, seqs: list[int], query: str,
-                 before_seq: int | None = None) -> list[HistoryHit]:
+                 before_seq: int | None = None, near: int | None = None) -> list[HistoryHit]:
     """The hits for the messages at ``seqs``, in that order (those at or after ``before_seq`` left out), their
-    passages cut around ``query``'s terms (from the beginning when it has none there)."""
+    passages cut around ``query``'s terms (from the beginning when it has none there); ``near``: only the first
+    ``near`` hits come with their neighbouring turns (all of them when None)."""
     end = before_seq or 2**62
     wanted = [int(s) for s in seqs if 0 < int(s) < end]
     if not wanted:
@@ -262,18 +263,21 @@ def history_hits(conn: Connection, session_id: str, seqs: list[int], query: str,
     stmt = text(f"SELECT seq, role, created_at, content FROM messages WHERE session_id = :sid AND seq IN "
                 f"({', '.join(str(s) for s in sorted(set(wanted)))})").columns(created_at=UTCDateTime())
     rows = {row[0]: row for row in conn.execute(stmt, {"sid": session_id}).all()}
-    return _hits(conn, session_id, [rows[s] for s in wanted if s in rows], query_terms(query), before_seq)
+    return _hits(conn, session_id, [rows[s] for s in wanted if s in rows], query_terms(query), before_seq, near)
 
 
 def _hits(conn: Connection, session_id: str, rows: list[Any], terms: list[str],
-          before_seq: int | None) -> list[HistoryHit]:
+          before_seq: int | None, near_hits: int | None = None) -> list[HistoryHit]:
     end = before_seq or 2**62
-    wanted = {s for seq, *_ in rows for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
+    # the neighbours only of the hits that show them: reading and cutting those of 30 hits was most of the cost
+    wanted = {s for seq, *_ in rows[:near_hits] for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
               if 0 < s < end and s != seq}
     near = _neighbours(conn, session_id, wanted, terms)
     hits = []
-    for seq, role, created_at, content in rows:
-        before = next((near[s] for s in range(seq - 1, seq - NEIGHBOUR_REACH - 1, -1) if s in near), None)
-        after = next((near[s] for s in range(seq + 1, seq + NEIGHBOUR_REACH + 1) if s in near), None)
+    for i, (seq, role, created_at, content) in enumerate(rows):
+        before = after = None
+        if near_hits is None or i < near_hits:
+            before = next((near[s] for s in range(seq - 1, seq - NEIGHBOUR_REACH - 1, -1) if s in near), None)
+            after = next((near[s] for s in range(seq + 1, seq + NEIGHBOUR_REACH + 1) if s in near), None)
         hits.append(HistoryHit(seq, role, created_at, passage(message_text(content), terms), before, after))
     return hits

@@ -248,3 +248,22 @@ async def test_questions_of_chats_asking_at_once_are_embedded_side_by_side() -> 
     questions = [f"what did I say about topic {i}?" for i in range(QUESTION_THREADS)]
     vectors = await asyncio.gather(*(embedder.embed_query(q) for q in questions))
     assert [v.shape for v in vectors] == [(384,)] * QUESTION_THREADS
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+async def test_passages_are_embedded_at_a_lower_cpu_priority_than_questions() -> None:
+    import threading
+
+    priority: dict[bool, int] = {}
+    embedder = LocalEmbedder()
+    original = embedder.embed_sync
+
+    def recording(texts: list[str], question: bool = False) -> np.ndarray:
+        priority[question] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return original(texts, question)
+
+    embedder.embed_sync = recording  # type: ignore[method-assign]
+    await embedder.embed(["a note to index"])
+    await embedder.embed_query("what did I note?")
+    # the indexer's embeddings leave the CPU to the turns and the questions
+    assert priority[False] > priority[True] == os.getpriority(os.PRIO_PROCESS, 0)

@@ -384,3 +384,15 @@ async def test_a_question_asked_again_is_embedded_once(store) -> None:
     model.fail = False
     assert (await index.search(A, "Lisbon travel", 5))[0].seq == 6
     assert model.queries == ["what is my job?", "my pet", "Lisbon travel"]
+
+
+async def test_only_the_hits_that_show_their_neighbours_come_with_them(store) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    await index.catch_up()
+    every = await index.search(A, "work pets Lisbon", 5)
+    first = await index.search(A, "work pets Lisbon", 5, near=1)
+    assert [h.seq for h in first] == [h.seq for h in every] and len(first) >= 2
+    assert first[0] == every[0] and (first[0].before or first[0].after) is not None
+    assert all(h.before is None and h.after is None for h in first[1:])
+    assert any(h.before or h.after for h in every[1:])
