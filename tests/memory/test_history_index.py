@@ -149,8 +149,8 @@ async def test_the_turn_being_answered_is_never_found(store) -> None:
     hits = await index.search(A, "what is my job?", 10, before_seq=8)
     assert hits and all(h.seq < 8 for h in hits)
     assert all(h.after is None or h.after.seq < 8 for h in hits)
-    # without the limit it would be its own best answer
-    assert (await index.search(A, "what is my job?", 10))[0].seq == 8
+    # without the limit it would be found (a question goes a few places down, questions_later)
+    assert 8 in [h.seq for h in await index.search(A, "what is my job?", 10)]
 
 
 async def test_off_or_failing_model_leaves_the_full_text_search(store) -> None:
@@ -396,3 +396,14 @@ async def test_only_the_hits_that_show_their_neighbours_come_with_them(store) ->
     assert first[0] == every[0] and (first[0].before or first[0].after) is not None
     assert all(h.before is None and h.after is None for h in first[1:])
     assert any(h.before or h.after for h in every[1:])
+
+
+def test_a_hit_that_asks_goes_down_a_few_places_not_out() -> None:
+    when = datetime(2026, 3, 1, tzinfo=UTC)
+    hits = [hi.HistoryHit(seq, "user", when, text) for seq, text in enumerate(
+        ["What inspired you?", "I lost my job. How are you?", "I joined a church", "a", "b", "c", "d", "e", "f"], 1)]
+    order = [h.seq for h in hi.questions_later(hits)]
+    assert hi.QUESTION_PLACES == 6
+    # each question goes 6 places down (ahead of the hit that held that place), the others keep their order
+    assert order == [3, 4, 5, 6, 1, 7, 2, 8, 9]
+    assert hi.questions_later([]) == []
