@@ -407,3 +407,24 @@ def test_a_hit_that_asks_goes_down_a_few_places_not_out() -> None:
     # each question goes 6 places down (ahead of the hit that held that place), the others keep their order
     assert order == [3, 4, 5, 6, 1, 7, 2, 8, 9]
     assert hi.questions_later([]) == []
+
+
+async def test_both_search_tools_of_one_turn_embed_the_question_once(store, tmp_path) -> None:
+    from memory.daily import DailyMemory
+    from memory.index import MemoryIndex
+    from memory.notes import append_note
+    from memory.search import MemorySearch
+
+    # one embedder for both, as the memory_index plugin builds them
+    await seed(store)
+    model = TopicEmbedder()
+    history = HistoryIndex(store, model)
+    await history.catch_up()
+    files = DailyMemory(tmp_path, UTC)
+    await append_note(files, A, "Works night shifts at the hospital.")
+    memory = MemoryIndex(store, model, files)
+    assert await memory.sync(A) == 1  # embedded
+    passages = await MemorySearch(memory).search(A, "what is my job?")
+    hits = await history.search(A, "what is my job?", 5)
+    assert passages[0].text == "Works night shifts at the hospital." and hits[0].seq == 1
+    assert model.queries == ["what is my job?"]
