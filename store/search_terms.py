@@ -59,10 +59,35 @@ def query_terms(query: str) -> list[str]:
     return (content or unique)[:MAX_TERMS]
 
 
+#: Whether a query's Latin words match their other forms too ("painting" finds "paints", "painted"), as a prefix of
+#: their stem (:func:`stem`).
+STEMS = True
+#: Endings taken off a word for its stem, longest first; the stem keeps at least :data:`STEM_LETTERS` letters.
+_ENDINGS = ("ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "e")
+STEM_LETTERS = 4
+
+
+def stem(term: str) -> str | None:
+    """The prefix that matches a query word's other forms ("paintings", "painted" -> "paint"; "families" ->
+    "famil"; "dance" -> "danc"), or None for a word matched as it is (short, not Latin letters, a CJK phrase)."""
+    if not STEMS or not term.isascii() or not term.isalpha() or len(term) < STEM_LETTERS:
+        return None
+    for ending in _ENDINGS:
+        if term.endswith(ending) and len(term) - len(ending) >= STEM_LETTERS:
+            term = term[:-len(ending)]
+            break
+    if term.endswith("i") and len(term) > STEM_LETTERS:  # married -> marri -> marr(y, ied, iage)
+        term = term[:-1]
+    return term
+
+
 def term_pattern(term: str) -> re.Pattern[str]:
     """Where a query term occurs in a message's text, as the index matches it (whole words; CJK anywhere)."""
     if _CJK_RUN.match(term):
         return re.compile(re.escape(term.replace(" ", "")))
+    root = stem(term)
+    if root is not None:
+        return re.compile(rf"(?<![^\W_]){re.escape(root)}[^\W_]*", re.I)
     return re.compile(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])", re.I)
 
 

@@ -60,7 +60,7 @@ async def find(store: Store, index: HistoryIndex | None, session_id: str, query:
     """The hits the tool shows: by words and meaning with a history index (memory/history_index.py), else by
     words."""
     if index is not None:
-        return await index.search(session_id, query, RESULT_LIMIT, before)
+        return await index.search(session_id, query, RESULT_LIMIT, before, near=NEAR_HITS)
     return await store.sessions.search_history(session_id, query, RESULT_LIMIT, before_seq=before)
 
 

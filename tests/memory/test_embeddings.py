@@ -16,6 +16,7 @@ import pytest
 from memory.embeddings import (
     E5_DIM,
     LOCAL_MODEL_NAME,
+    QUESTION_THREADS,
     LocalEmbedder,
     OpenAIEmbedder,
     build_embedder,
@@ -193,3 +194,76 @@ async def test_local_embedding_runs_on_its_own_worker_not_the_shared_pool() -> N
     await asyncio.gather(*batches)
     assert len(names) == 9 and set(names) == {"embed_0", "embed-query_0"}
     assert question.shape == (384,) and abs(float(question @ question) - 1) < 1e-5
+
+
+async def test_a_question_is_embedded_once_while_kept_or_in_flight() -> None:
+    import asyncio
+
+    with FakeEmbeddingsServer(dim=8) as srv:
+        embedder = OpenAIEmbedder("fake-embed", base_url=srv.base_url, api_key="k")
+        try:
+            # asked twice at once (two tools of one turn): one request, the same vector
+            a, b = await asyncio.gather(embedder.embed_query("alpha beta"), embedder.embed_query("alpha beta"))
+            assert await embedder.embed_query("alpha beta") is a  # asked again later: kept
+            other = await embedder.embed_query("gamma")
+            inputs = [body["input"] for body in srv.requests]
+        finally:
+            await embedder.close()
+    assert inputs == [["alpha beta"], ["gamma"]]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, normalise(np.array(fake_vector("alpha beta", 8)))[0], rtol=1e-6)
+    assert not a.flags.writeable  # shared by its callers: nobody may change it
+    assert other.shape == (8,)
+
+
+async def test_a_failed_question_is_not_kept() -> None:
+    with FakeEmbeddingsServer(dim=8) as srv:
+        embedder = OpenAIEmbedder("fake-embed", base_url=srv.base_url)
+        try:
+            srv.fail_status = 503
+            with pytest.raises(openai.InternalServerError):
+                await embedder.embed_query("alpha")
+            srv.fail_status = None
+            assert (await embedder.embed_query("alpha")).shape == (8,)
+        finally:
+            await embedder.close()
+        assert len(srv.requests) == 2
+
+
+async def test_questions_of_chats_asking_at_once_are_embedded_side_by_side() -> None:
+    import asyncio
+    import threading
+
+    # every question's embedding waits at a barrier for the others: were they queued on one thread, it would break
+    assert QUESTION_THREADS >= 2
+    barrier = threading.Barrier(QUESTION_THREADS, timeout=60)
+    embedder = LocalEmbedder()
+    original = embedder.embed_sync
+
+    def meeting(texts: list[str], question: bool = False) -> np.ndarray:
+        barrier.wait()
+        return original(texts, question)
+
+    embedder.embed_sync = meeting  # type: ignore[method-assign]
+    questions = [f"what did I say about topic {i}?" for i in range(QUESTION_THREADS)]
+    vectors = await asyncio.gather(*(embedder.embed_query(q) for q in questions))
+    assert [v.shape for v in vectors] == [(384,)] * QUESTION_THREADS
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+async def test_passages_are_embedded_at_a_lower_cpu_priority_than_questions() -> None:
+    import threading
+
+    priority: dict[bool, int] = {}
+    embedder = LocalEmbedder()
+    original = embedder.embed_sync
+
+    def recording(texts: list[str], question: bool = False) -> np.ndarray:
+        priority[question] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return original(texts, question)
+
+    embedder.embed_sync = recording  # type: ignore[method-assign]
+    await embedder.embed(["a note to index"])
+    await embedder.embed_query("what did I note?")
+    # the indexer's embeddings leave the CPU to the turns and the questions
+    assert priority[False] > priority[True] == os.getpriority(os.PRIO_PROCESS, 0)

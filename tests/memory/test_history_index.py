@@ -48,7 +48,7 @@ class TopicEmbedder(BaseEmbedder):
         self.texts.extend(texts)
         return normalise(np.array([self.vector(t) for t in texts]))
 
-    async def embed_query(self, text: str) -> np.ndarray:
+    async def embed_question(self, text: str) -> np.ndarray:
         if self.fail:
             raise ConnectionError("embedder down")
         self.queries.append(text)
@@ -149,8 +149,8 @@ async def test_the_turn_being_answered_is_never_found(store) -> None:
     hits = await index.search(A, "what is my job?", 10, before_seq=8)
     assert hits and all(h.seq < 8 for h in hits)
     assert all(h.after is None or h.after.seq < 8 for h in hits)
-    # without the limit it would be its own best answer
-    assert (await index.search(A, "what is my job?", 10))[0].seq == 8
+    # without the limit it would be found (a question goes a few places down, questions_later)
+    assert 8 in [h.seq for h in await index.search(A, "what is my job?", 10)]
 
 
 async def test_off_or_failing_model_leaves_the_full_text_search(store) -> None:
@@ -364,3 +364,67 @@ def test_a_long_message_and_answer_cost_no_more_than_the_caps() -> None:
         (_, text), _ = embed_texts([mv.PendingMessage(1, A, 1, "user", body, next=answer)])
         assert engine.token_count(body, True) > 3 * (hi.EMBED_TOKENS + hi.CONTEXT_TOKENS)
         assert engine.token_count(text, True) <= (hi.EMBED_TOKENS + hi.CONTEXT_TOKENS) * 1.15 + 4
+
+
+async def test_a_question_asked_again_is_embedded_once(store) -> None:
+    # the model often calls history_search and memory_search with the same words in one turn: both tools share
+    # the embedder (the memory_index plugin), which keeps the question's vector
+    await seed(store)
+    model = TopicEmbedder()
+    index = HistoryIndex(store, model)
+    await index.catch_up()
+    first = await index.search(A, "what is my job?", 5)
+    assert await index.search(A, "what is my job?", 5) == first
+    assert model.queries == ["what is my job?"]
+    await index.search(A, "my pet", 5)
+    assert model.queries == ["what is my job?", "my pet"]
+    # a failure is not kept: the words answer, and the next search embeds the question again
+    model.fail = True
+    assert (await index.search(A, "Lisbon travel", 5))[0].seq == 6
+    model.fail = False
+    assert (await index.search(A, "Lisbon travel", 5))[0].seq == 6
+    assert model.queries == ["what is my job?", "my pet", "Lisbon travel"]
+
+
+async def test_only_the_hits_that_show_their_neighbours_come_with_them(store) -> None:
+    await seed(store)
+    index = HistoryIndex(store, TopicEmbedder())
+    await index.catch_up()
+    every = await index.search(A, "work pets Lisbon", 5)
+    first = await index.search(A, "work pets Lisbon", 5, near=1)
+    assert [h.seq for h in first] == [h.seq for h in every] and len(first) >= 2
+    assert first[0] == every[0] and (first[0].before or first[0].after) is not None
+    assert all(h.before is None and h.after is None for h in first[1:])
+    assert any(h.before or h.after for h in every[1:])
+
+
+def test_a_hit_that_asks_goes_down_a_few_places_not_out() -> None:
+    when = datetime(2026, 3, 1, tzinfo=UTC)
+    hits = [hi.HistoryHit(seq, "user", when, text) for seq, text in enumerate(
+        ["What inspired you?", "I lost my job. How are you?", "I joined a church", "a", "b", "c", "d", "e", "f"], 1)]
+    order = [h.seq for h in hi.questions_later(hits)]
+    assert hi.QUESTION_PLACES == 6
+    # each question goes 6 places down (ahead of the hit that held that place), the others keep their order
+    assert order == [3, 4, 5, 6, 1, 7, 2, 8, 9]
+    assert hi.questions_later([]) == []
+
+
+async def test_both_search_tools_of_one_turn_embed_the_question_once(store, tmp_path) -> None:
+    from memory.daily import DailyMemory
+    from memory.index import MemoryIndex
+    from memory.notes import append_note
+    from memory.search import MemorySearch
+
+    # one embedder for both, as the memory_index plugin builds them
+    await seed(store)
+    model = TopicEmbedder()
+    history = HistoryIndex(store, model)
+    await history.catch_up()
+    files = DailyMemory(tmp_path, UTC)
+    await append_note(files, A, "Works night shifts at the hospital.")
+    memory = MemoryIndex(store, model, files)
+    assert await memory.sync(A) == 1  # embedded
+    passages = await MemorySearch(memory).search(A, "what is my job?")
+    hits = await history.search(A, "what is my job?", 5)
+    assert passages[0].text == "Works night shifts at the hospital." and hits[0].seq == 1
+    assert model.queries == ["what is my job?"]

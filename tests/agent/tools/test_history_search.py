@@ -104,7 +104,18 @@ class TestHistorySearch:
         tool_ctx = ToolContext(session_id=A, config=Config(timezone="Asia/Shanghai"), store=seeded,
                                turn_start_seq=seq)
         out = await history_search.call(tool_ctx, {"query": "which flight to Lisbon did I book?"})
-        assert out.startswith("2026-03-02 14:05 user: Flight LX1234") and "user: which flight" not in out
+        # the best hit (the flight, or "Booked." just after it, which "book" finds too) shows it
+        assert "user: Flight LX1234" in out.split("\n2026")[0] and "which flight" not in out
+
+    async def test_a_word_finds_its_other_forms(self, seeded: Store) -> None:
+        await seeded.sessions.append(A, [user("I painted the fence blue last weekend"),
+                                         user("Our families met at the harbour"), user("a painter's life")])
+        found = {h.passage for h in await seeded.sessions.search_history(A, "paintings", 10)}
+        assert found == {"I painted the fence blue last weekend", "a painter's life"}
+        assert [h.passage for h in await seeded.sessions.search_history(A, "family", 10)] == [
+            "Our families met at the harbour"]
+        # a short word is matched whole: "her" is not in "harbour" nor in "others"
+        assert all("her" in h.passage.split() for h in await seeded.sessions.search_history(A, "her", 10))
 
     async def test_relevance_over_the_whole_history_not_the_newest(self, seeded: Store) -> None:
         await seeded.sessions.append(A, [user("I keep my spare umbrella in the blue locker at work")])
