@@ -97,8 +97,12 @@ class Prompt:
             return 0
         last = self._last_tools
         # A turn's set is the same list each call; the next turn's (a new list) usually holds the same tools.
-        if last is not None and last[0] == model and (last[1] is tools or _same_schemas(last[1], tools)):
-            return last[2]
+        if last is not None and last[0] == model:
+            if last[1] is tools:
+                return last[2]
+            if _same_schemas(last[1], tools):
+                self._last_tools = (model, tools, last[2])
+                return last[2]
         text = json.dumps(tools)
         tokens = self._tool_tokens.get((model, text))
         if tokens is None:
@@ -116,9 +120,12 @@ def _same_schemas(known: list[dict[str, Any]], tools: list[dict[str, Any]]) -> b
     up). ``known`` holds on to its parameters, so their identity cannot be another object's."""
     if len(known) != len(tools):
         return False
-    for a, b in zip(known, tools, strict=True):
-        fa, fb = a.get("function") or {}, b.get("function") or {}
-        if (fa.get("parameters") is not fb.get("parameters") or fa.get("name") != fb.get("name")
-                or fa.get("description") != fb.get("description") or a.get("type") != b.get("type")):
-            return False
+    try:
+        for a, b in zip(known, tools, strict=True):
+            fa, fb = a["function"], b["function"]
+            if (fa["parameters"] is not fb["parameters"] or fa["name"] != fb["name"]
+                    or fa["description"] != fb["description"] or a["type"] != b["type"] or len(fa) != len(fb)):
+                return False
+    except (KeyError, TypeError):  # not a tool's schema(): compare them as JSON
+        return False
     return True
