@@ -96,8 +96,13 @@ class Prompt:
         if not tools:
             return 0
         last = self._last_tools
-        if last is not None and last[0] == model and last[1] is tools:  # a turn's set: the same list each call
-            return last[2]
+        # A turn's set is the same list each call; the next turn's (a new list) usually holds the same tools.
+        if last is not None and last[0] == model:
+            if last[1] is tools:
+                return last[2]
+            if _same_schemas(last[1], tools):
+                self._last_tools = (model, tools, last[2])
+                return last[2]
         text = json.dumps(tools)
         tokens = self._tool_tokens.get((model, text))
         if tokens is None:
@@ -106,3 +111,21 @@ class Prompt:
             tokens = self._tool_tokens[(model, text)] = self.counter(model).count_text(text)
         self._last_tools = (model, tools, tokens)
         return tokens
+
+
+def _same_schemas(known: list[dict[str, Any]], tools: list[dict[str, Any]]) -> bool:
+    """Whether ``tools`` are the schemas of the same tools as ``known``: each with the same name and description and
+    the very same ``parameters`` object (a tool's ``schema()`` wraps its own parameters in a new dict each call,
+    so each turn's list is new; comparing these is much cheaper than writing the list as JSON again to look it
+    up). ``known`` holds on to its parameters, so their identity cannot be another object's."""
+    if len(known) != len(tools):
+        return False
+    try:
+        for a, b in zip(known, tools, strict=True):
+            fa, fb = a["function"], b["function"]
+            if (fa["parameters"] is not fb["parameters"] or fa["name"] != fb["name"]
+                    or fa["description"] != fb["description"] or a["type"] != b["type"] or len(fa) != len(fb)):
+                return False
+    except (KeyError, TypeError):  # not a tool's schema(): compare them as JSON
+        return False
+    return True

@@ -8,6 +8,11 @@ before that transaction raises :class:`Refused` with a sentence for the person, 
 
 Searching loads the chunks of the chat's scopes once per change of their documents (every process reads the same
 tables, so a document added through another process is found after its next stamp check).
+
+Every turn asks for its chat's documents (:meth:`KnowledgeBase.chat_documents`, the system prompt's section). While
+the knowledge base holds no document at all, a process asks the database whether one exists at most once every
+:data:`EMPTY_RECHECK` seconds and reads nothing in between: a bot that does not use the knowledge base pays no query
+a turn. A document added through this process counts at once; one added through another process within that time.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +49,8 @@ CACHED_CORPORA = 32
 #: A passage shown to the model is cut to this many characters.
 PASSAGE_CHARS = 1500
 MB = 1024 * 1024
+#: Seconds a process trusts that the knowledge base held no document when it last looked (see above).
+EMPTY_RECHECK = 5.0
 
 
 class Refused(Exception):
@@ -87,6 +95,9 @@ class KnowledgeBase:
         self._lock = asyncio.Lock()
         #: documents being added now, by (scope, name): a second add of the same waits for the first
         self._adding: dict[tuple[str, str], asyncio.Lock] = {}
+        #: when (``clock()``) the database last said whether any document exists, and what it said
+        self.clock: Callable[[], float] = time.monotonic
+        self._looked: tuple[float, bool] | None = None
 
     def model_name(self) -> str:
         """The embedding model's name, or "" when semantic search is off."""
@@ -97,6 +108,32 @@ class KnowledgeBase:
     async def scopes_for(self, channel: str, chat_id: str, is_group: bool) -> list[str]:
         """The scopes a chat may search: ``global``, its own (groups), and those granted to it."""
         return chat_scopes(channel, chat_id, is_group, await self.tables.grants(chat_key(channel, chat_id)))
+
+    async def chat_documents(self, channel: str, chat_id: str, is_group: bool) -> tuple[list[str], list[Document]]:
+        """The scopes a chat may search (as :meth:`scopes_for`) and their documents (as :meth:`documents`), in
+        one transaction (every turn asks). No document: the scopes without the chat's grants, which are then not
+        read, and no query at all while the knowledge base is known to be empty (module docstring)."""
+        if not await self._any_document():
+            return chat_scopes(channel, chat_id, is_group, []), []
+        granted, docs = await self.tables.chat_documents(chat_key(channel, chat_id),
+                                                         chat_scopes(channel, chat_id, is_group, []))
+        scopes = chat_scopes(channel, chat_id, is_group, granted)
+        if not docs:
+            return scopes, []
+        return scopes, [d for d in docs if d.scope in scopes]  # a granted group's own scope is never searched
+
+    async def _any_document(self) -> bool:
+        """Whether any scope holds a document, as the database said at most :data:`EMPTY_RECHECK` seconds ago (or
+        since this process last added one)."""
+        now = self.clock()
+        looked = self._looked
+        if looked is not None and now - looked[0] < EMPTY_RECHECK:
+            return looked[1]
+        found = await self.tables.any_document()
+        if self._looked is looked:  # else an add (or another turn's look) answered meanwhile: that answer stands
+            self._looked = (now, found)
+        latest = self._looked
+        return latest[1] if latest is not None else found
 
     # --- adding ------------------------------------------------------------------------------------------
     async def add(self, scope: str, name: str, data: bytes, added_by: str) -> Added:
@@ -123,6 +160,7 @@ class KnowledgeBase:
             chunks = await asyncio.to_thread(chunk, parsed)
             rows = await self._embed(name, chunks)
             doc = await self.tables.replace(scope, name, digest, parsed.kind, parsed.pages, added_by, rows)
+            self._looked = (self.clock(), True)  # the next turn reads this chat's documents
         self._adding.pop((scope, name), None)
         logger.info("knowledge: %s added to %s (%s, %d pages, %d chunks) by %s", name, scope, parsed.kind,
                     doc.pages, doc.chunks, added_by)

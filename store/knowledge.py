@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import bindparam, delete, func, insert, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -75,6 +75,14 @@ class NewChunk:
 
 _DOC_COLUMNS = (_D.c.id, _D.c.scope, _D.c.name, _D.c.sha256, _D.c.kind, _D.c.pages, _D.c.chunks, _D.c.added_by,
                 _D.c.added_at)
+# Every turn reads these two (the knowledge base's part of a turn): built once, so SQLAlchemy neither builds the
+# statement nor computes its cache key again per call.
+_ANY_DOCUMENT = select(_D.c.id).limit(1)
+_GRANTS = select(_G.c.scope).where(_G.c.chat == bindparam("chat")).order_by(_G.c.scope)
+_CHAT_DOCUMENTS = (select(*_DOC_COLUMNS)
+                   .where(or_(_D.c.scope.in_(bindparam("scopes", expanding=True)),
+                              _D.c.scope.in_(select(_G.c.scope).where(_G.c.chat == bindparam("chat")))))
+                   .order_by(_D.c.scope, _D.c.name))
 
 
 # --- transaction functions -------------------------------------------------------------------------------
@@ -164,7 +172,24 @@ def document_chunks(conn: Connection, document_id: int) -> list[ChunkRow]:
 
 def grants(conn: Connection, chat: str) -> list[str]:
     """The named scopes granted to a chat (``<channel>:<chat id>``), sorted."""
-    return list(conn.execute(select(_G.c.scope).where(_G.c.chat == chat).order_by(_G.c.scope)).scalars())
+    return list(conn.execute(_GRANTS, {"chat": chat}).scalars())
+
+
+def any_document(conn: Connection) -> bool:
+    """Whether any scope holds a document."""
+    return conn.execute(_ANY_DOCUMENT).first() is not None
+
+
+def chat_documents(conn: Connection, chat: str, scopes: list[str]) -> tuple[list[str], list[Document]]:
+    """The documents of ``scopes`` and of the scopes granted to ``chat``, by scope then name, with those grants.
+
+    One statement when there is no such document (a bot without a knowledge base asks this every turn); the
+    grants are read only when there is one, else ``[]`` comes back for them.
+    """
+    docs = [Document(*row) for row in conn.execute(_CHAT_DOCUMENTS, {"scopes": scopes, "chat": chat})]
+    if not docs:
+        return [], []
+    return grants(conn, chat), docs
 
 
 def grant(conn: Connection, chat: str, scope: str, by: str) -> bool:
@@ -228,6 +253,14 @@ class KnowledgeStore:
     async def grants(self, chat: str) -> list[str]:
         """The named scopes granted to a chat."""
         return await self.store.run(grants, chat)
+
+    async def any_document(self) -> bool:
+        """Whether any scope holds a document."""
+        return await self.store.run(any_document)
+
+    async def chat_documents(self, chat: str, scopes: list[str]) -> tuple[list[str], list[Document]]:
+        """A chat's grants and the documents of ``scopes`` and of those grants, in one transaction."""
+        return await self.store.run(chat_documents, chat, list(scopes))
 
     async def grant(self, chat: str, scope: str, by: str) -> bool:
         """Let a chat search a named scope."""

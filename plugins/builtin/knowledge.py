@@ -64,8 +64,7 @@ class TurnPart:
         if info is None:
             return TurnExtras()
         kb = knowledge_base(self.services)
-        scopes = await kb.scopes_for(info.channel, info.chat_id, info.is_group)
-        docs = await kb.documents(scopes)
+        scopes, docs = await kb.chat_documents(info.channel, info.chat_id, info.is_group)
         if not docs:
             return TurnExtras()
         names = ", ".join(d.name for d in docs[:PROMPT_DOCUMENTS]) + (

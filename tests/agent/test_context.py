@@ -581,3 +581,40 @@ def test_render_puts_the_background_before_the_current_user_text_only() -> None:
     assert out[1]["content"].endswith("[Bob] earlier")
     assert out[3] == {"role": "user", "content": "BLOCK\n\n---\n\n[Bob] now"}
     assert msgs[2].message == {"role": "user", "content": "[Bob] now"}  # the stored turn is untouched
+
+
+def test_the_tools_schemas_are_counted_once_while_the_same_tools_are_offered() -> None:
+    """Each turn offers a new list of schemas (a tool's ``schema()`` is a new dict each call): the same tools keep
+    their count (Prompt compares the schemas' parameters objects instead of writing the list as JSON again), a tool
+    whose parameters changed (an MCP server's new schema) is counted again, and fewer tools count less."""
+    from agent.prompt import Prompt
+    from agent.tools.base import Tool
+    from agent.window import ModelWindows
+    from config.settings import Config
+
+    class CountingCounter(TokenCounter):
+        texts: list[str] = []
+
+        def count_text(self, text: str) -> int:
+            self.texts.append(text)
+            return super().count_text(text)
+
+    counter = CountingCounter("gpt-4o-mini")
+    cfg = Config()
+    prompt = Prompt(config=lambda: cfg, counter=lambda model: counter, windows=ModelWindows(lambda: cfg))
+
+    def fn(ctx: Any, city: str) -> str:
+        return city
+
+    tools = [Tool("weather", "The weather in a city.", {"type": "object", "properties": {"city": {"type": "string"}}},
+                  fn), Tool("time", "The time now.", {"type": "object", "properties": {}}, fn)]
+    first = prompt.tools_tokens("m", [t.schema() for t in tools])
+    assert first > 10 and len(counter.texts) == 1
+    assert prompt.tools_tokens("m", [t.schema() for t in tools]) == first and len(counter.texts) == 1
+    changed = [tools[0], Tool("time", "The time now.", {"type": "object", "properties": {"zone": {"type": "string"}}},
+                              fn)]
+    more = prompt.tools_tokens("m", [t.schema() for t in changed])
+    assert more > first and len(counter.texts) == 2
+    assert prompt.tools_tokens("m", [t.schema() for t in tools[:1]]) < first  # fewer tools
+    assert prompt.tools_tokens("m", [t.schema() for t in tools]) == first  # counted before: from the cache
+    assert prompt.tools_tokens("m", None) == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from config.settings import Config
-from knowledge.base import KnowledgeBase, Refused, format_hits
+from knowledge.base import EMPTY_RECHECK, KnowledgeBase, Refused, format_hits
 from knowledge.chunk import CHUNK_CHARS, chunk, citation
 from knowledge.folder import FOLDER, KnowledgeFolder
 from knowledge.parse import Unreadable, parse
@@ -144,6 +144,52 @@ async def test_grants_let_a_chat_see_a_named_scope(store: Store, tmp_path: Path)
     assert await kb.search(await kb.scopes_for("telegram", "-200", True), "holiday days") == []
     assert await kb.tables.revoke("telegram:-100", "handbook")
     assert await kb.search(await kb.scopes_for("telegram", "-100", True), "holiday days") == []
+
+
+async def test_a_turns_documents_are_the_chats_scopes_documents(store: Store, tmp_path: Path) -> None:
+    """``chat_documents`` (each turn's one read) gives what ``scopes_for`` and ``documents`` give, grants included,
+    another group's own scope never, even when granted."""
+    kb = KnowledgeBase(store, lambda: _config(tmp_path), lambda: None)
+
+    async def both(chat_id: str, is_group: bool) -> tuple[list[str], list]:
+        scopes = await kb.scopes_for("telegram", chat_id, is_group)
+        return scopes, await kb.documents(scopes)
+
+    assert await kb.chat_documents("telegram", "-100", True) == (["global", "telegram-group--100"], [])
+    await kb.add("handbook", "rules.md", b"# Holidays\nEveryone gets 25 days.", "console")
+    await kb.add("telegram-group--200", "theirs.md", b"# Secret\nOnly group -200 reads this.", "console")
+    assert (await kb.chat_documents("telegram", "-100", True))[1] == []  # granted nothing yet
+    assert await kb.tables.grant("telegram:-100", "handbook", "telegram:1")
+    assert await kb.tables.grant("telegram:-100", "telegram-group--200", "telegram:1")  # never searched
+    await kb.add("global", "faq.md", b"# FAQ\nAsk us.", "console")
+    await kb.add("telegram-group--100", "ours.md", b"# Ours\nGroup -100 only.", "console")
+    scopes, docs = await kb.chat_documents("telegram", "-100", True)
+    assert (scopes, docs) == await both("-100", True)
+    assert [(d.scope, d.name) for d in docs] == [("global", "faq.md"), ("handbook", "rules.md"),
+                                                 ("telegram-group--100", "ours.md")]
+    assert await kb.chat_documents("telegram", "7", False) == await both("7", False)
+    assert [d.name for d in (await kb.chat_documents("telegram", "7", False))[1]] == ["faq.md"]
+
+
+async def test_an_empty_knowledge_base_is_looked_at_again_after_a_while(store: Store, tmp_path: Path) -> None:
+    """While no document exists, a turn's read is answered from what the database said at most EMPTY_RECHECK s
+    ago (a bot without documents pays no query a turn); this process's own add counts at once, another
+    process's after that time, and a removal at once (the chat's documents are read while any exists)."""
+    now = [1000.0]
+    kb = KnowledgeBase(store, lambda: _config(tmp_path), lambda: None)
+    other = KnowledgeBase(store, lambda: _config(tmp_path), lambda: None)  # another process on the same database
+    kb.clock = other.clock = lambda: now[0]
+    assert (await kb.chat_documents("telegram", "7", False))[1] == []
+    await other.add("global", "faq.md", b"# FAQ\nAsk us.", "console")
+    now[0] += EMPTY_RECHECK - 0.5
+    assert (await kb.chat_documents("telegram", "7", False))[1] == []  # not looked at again yet
+    now[0] += 0.5
+    assert [d.name for d in (await kb.chat_documents("telegram", "7", False))[1]] == ["faq.md"]
+    await other.remove("global", "faq.md")
+    assert (await kb.chat_documents("telegram", "7", False))[1] == []
+    await kb.add("global", "rules.md", b"# Rules\nBe kind.", "console")
+    assert [d.name for d in (await kb.chat_documents("telegram", "7", False))[1]] == ["rules.md"]
+    assert [d.name for d in (await other.chat_documents("telegram", "7", False))[1]] == ["rules.md"]
 
 
 async def test_folder_scan_and_watch(store: Store, tmp_path: Path) -> None:
