@@ -34,8 +34,9 @@ def migrated_template() -> Path:
     """An empty SQLite database brought to head by ``python -m store.migrations`` (the child process a first start
     runs), made once per test session in a temporary folder removed at exit.
 
-    A fresh bot's database is a copy of it (:meth:`BotProcess.start`), which saves each first start the migration
-    (about 0.7 s at low load); tests about the first start itself ask for ``fresh_database=True``."""
+    A fresh bot's database is a copy of it (:func:`database_from_template`, called by :meth:`BotProcess.start`),
+    which saves each first start the migration (about 0.7 s at low load); tests about the first start itself ask for
+    ``fresh_database=True``."""
     global _template
     with _template_lock:
         if _template is None:
@@ -50,6 +51,43 @@ def migrated_template() -> Path:
             assert not leftovers, f"the migration left {leftovers} beside the template (its WAL not checkpointed)"
             _template = path
         return _template
+
+
+def sqlite_file(config_path: Path, settings: dict[str, Any] | None = None) -> Path | None:
+    """The SQLite file a bot with this config file (or these settings, when given) opens, as config/settings.py
+    resolves it; None for PostgreSQL, an in-memory database, or a config file that is not a JSON object (the bot
+    refuses that itself)."""
+    if settings is None:
+        try:
+            settings = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(settings, dict):
+            return None
+    base = config_path.parent
+    url = settings.get("db_url") or ""
+    if not url:
+        data_dir = Path(settings.get("data_dir") or "data").expanduser()
+        return (base / data_dir).resolve() / "chatbot.db"
+    for prefix in ("sqlite+aiosqlite:///", "sqlite:///"):
+        if url.startswith(prefix):
+            rest = url[len(prefix):].split("?", 1)[0]
+            return None if not rest or rest == ":memory:" else (base / rest).resolve()
+    return None
+
+
+def database_from_template(config_path: Path) -> None:
+    """Before a start: when the SQLite database of the config file at ``config_path`` does not exist yet, put a
+    copy of :func:`migrated_template` there (owner-only, as the app makes its data folder and database file), so
+    the start finds its schema at head. A test about a first start itself does not call this."""
+    path = sqlite_file(config_path)
+    if path is None or path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.copy")
+    shutil.copyfile(migrated_template(), partial)
+    partial.chmod(0o600)
+    partial.rename(path)
 
 
 #: every bot started and not stopped yet, so a test that fails before its stop does not leave its process running
@@ -86,33 +124,6 @@ class BotProcess:
         self.settings.update(changes)
         self.config_path.write_text(json.dumps(self.settings, indent=2), encoding="utf-8")
 
-    def sqlite_file(self) -> Path | None:
-        """The SQLite file the bot will open (as config/settings.py resolves it), or None (PostgreSQL, memory)."""
-        settings = json.loads(self.config_path.read_text(encoding="utf-8")) if self.config_path.exists() \
-            else self.settings
-        base = self.config_path.parent
-        url = settings.get("db_url") or ""
-        if not url:
-            data_dir = Path(settings.get("data_dir") or "data").expanduser()
-            return (base / data_dir).resolve() / "chatbot.db"
-        for prefix in ("sqlite+aiosqlite:///", "sqlite:///"):
-            if url.startswith(prefix):
-                rest = url[len(prefix):].split("?", 1)[0]
-                return None if not rest or rest == ":memory:" else (base / rest).resolve()
-        return None
-
-    def _copy_template(self) -> None:
-        """Put a copy of the migrated template where a fresh bot's SQLite database will be (owner-only, as the
-        app makes its data folder and database file)."""
-        path = self.sqlite_file()
-        if path is None or path.exists():
-            return
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.copy")
-        shutil.copyfile(migrated_template(), partial)
-        partial.chmod(0o600)
-        partial.rename(path)
-
     def command(self) -> list[str]:
         """The command line that runs the bot."""
         return [sys.executable, str(ROOT / "app.py"), "--config", str(self.config_path)]
@@ -122,7 +133,7 @@ class BotProcess:
         if self.owns_config:
             self.write_config()
         if not self.fresh_database:
-            self._copy_template()
+            database_from_template(self.config_path)
         self._runs += 1
         self.stdout_path = self.folder / f"stdout.{self._runs}.txt"
         self.stderr_path = self.folder / f"stderr.{self._runs}.txt"
