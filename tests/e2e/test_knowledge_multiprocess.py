@@ -51,7 +51,7 @@ def wait_texts(api: FakeTelegramAPI, n: int, timeout: float = 60) -> list[str]:
 
 def test_three_processes_share_the_documents(tmp_path):
     with FakeTelegramAPI(username="kb_bot") as api, FakeOpenAIServer() as llm, \
-            fresh_schema(TEST_DATABASE_URL) as db_url:
+            fresh_schema(TEST_DATABASE_URL) as db_url:  # empty: the three first starts migrate it at once
         llm.responder = model
         cluster = Cluster(tmp_path, api, llm, db_url, processes=3)
         group = {"chat_type": "supergroup", "title": "Support"}

@@ -82,8 +82,13 @@ def socket_owner(client: tuple[str, int], pids: list[int]) -> int | None:
 
 
 @contextlib.contextmanager
-def fresh_schema(database_url: str) -> Iterator[str]:
-    """An empty schema in the PostgreSQL database ``database_url``; yields a URL that uses it, drops it after."""
+def fresh_schema(database_url: str, *, migrated: bool = False) -> Iterator[str]:
+    """An empty schema in the PostgreSQL database ``database_url``; yields a URL that uses it, drops it after.
+
+    ``migrated``: brought to the schema's head first, here, in this process (store/migrations' own
+    ``upgrade_to_head``; Alembic is imported once per test session), so that the bots started on it skip the
+    migration: each of them would otherwise run ``python -m store.migrations`` in a child process (a cluster's
+    processes all do, one after the other behind the advisory lock). Tests about a first start leave it empty."""
     import psycopg
 
     from config.settings import normalise_db_url
@@ -94,11 +99,29 @@ def fresh_schema(database_url: str) -> Iterator[str]:
     with psycopg.connect(libpq, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     url = normalise_db_url(database_url, Path("."))
+    url = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
     try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+        if migrated:
+            migrate(url)
+        yield url
     finally:
         with psycopg.connect(libpq, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def migrate(url: str) -> None:
+    """Bring the PostgreSQL database at ``url`` to head in this process, on a synchronous connection."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from store.migrations import upgrade_to_head
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as connection:
+            upgrade_to_head(connection)
+    finally:
+        engine.dispose()
 
 
 class Cluster:
