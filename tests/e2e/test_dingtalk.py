@@ -108,7 +108,7 @@ def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
 @pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
 def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_killed_one(servers, tmp_path):
     dt, llm = servers
-    with fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
         bots = []
         for i in range(2):
             (tmp_path / f"bot{i}").mkdir()

@@ -131,7 +131,7 @@ def test_a_bad_secret_is_one_line_and_telegram_keeps_running(tmp_path):
 @pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
 def test_two_processes_one_holds_the_connection_and_the_other_takes_over_a_killed_one(servers, tmp_path):
     fs, llm = servers
-    with fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
         settings = {"channel_type": "feishu", "feishu_app_id": APP_ID, "feishu_app_secret": APP_SECRET,
                     "feishu_domain": fs.base_url, "open_ai_api_base": llm.base_url, "open_ai_api_key": "test",
                     "data_dir": str(tmp_path / "data"), "db_url": db_url, "memory_embedding_model": ""}

@@ -37,7 +37,7 @@ EXPIRED_SESSION = "telegram:555"
 def running(folder: Path, processes: int, mode: str = "webhook", seed=None, **kwargs) -> Iterator[Cluster]:
     """A started cluster on its own fake servers and PostgreSQL schema; ``seed(db_url)`` runs before the start."""
     with FakeTelegramAPI(username="mp_bot") as api, FakeOpenAIServer() as llm, \
-            fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+            fresh_schema(TEST_DATABASE_URL) as db_url:
         if seed is not None:
             asyncio.run(seed(db_url))
         cluster = Cluster(folder, api, llm, db_url, processes=processes, mode=mode, **kwargs)

@@ -65,7 +65,7 @@ def wait_for_replies(api: FakeTelegramAPI, chats: set[int], timeout: float = 60)
 
 def test_a_flood_on_three_processes_overruns_the_cap_by_at_most_one_turn_each(tmp_path):
     with FakeTelegramAPI(username="mp_bot") as api, FakeOpenAIServer() as llm, \
-            fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+            fresh_schema(TEST_DATABASE_URL) as db_url:
         llm.responder = answer
         llm.latency = 0.5  # turns overlap: dozens are in flight across the processes at once
         cluster = Cluster(tmp_path, api, llm, db_url, processes=PROCESSES, usage_cap_daily_tokens=CAP,

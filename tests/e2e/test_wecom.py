@@ -227,7 +227,7 @@ def test_setup_mistakes_are_one_line(servers, tmp_path, problem, expected):
 def test_three_processes_fetch_the_access_token_once(servers, tmp_path):
     api, llm = servers
     key = new_aes_key()
-    with fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
         bots, senders = [], []
         for i in range(3):
             folder = tmp_path / f"bot{i}"

@@ -37,7 +37,7 @@ def database(request) -> Iterator[dict[str, str]]:
     if request.param == "sqlite":
         yield {}
         return
-    with fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
         yield {"db_url": db_url}
 
 
@@ -183,7 +183,7 @@ def test_an_unreachable_weixin_is_one_line_and_telegram_keeps_running(tmp_path):
 @pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL not set (PostgreSQL only)")
 def test_two_processes_one_polls_and_the_other_takes_over_a_killed_one(servers, tmp_path):
     api, llm = servers
-    with fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+    with fresh_schema(TEST_DATABASE_URL) as db_url:
         settings = {"channel_type": "weixin", "weixin_base_url": api.base_url, "open_ai_api_base": llm.base_url,
                     "open_ai_api_key": "test", "data_dir": str(tmp_path / "data"), "db_url": db_url,
                     "memory_embedding_model": ""}

@@ -79,15 +79,56 @@ def sqlite_file(config_path: Path, settings: dict[str, Any] | None = None) -> Pa
 def database_from_template(config_path: Path) -> None:
     """Before a start: when the SQLite database of the config file at ``config_path`` does not exist yet, put a
     copy of :func:`migrated_template` there (owner-only, as the app makes its data folder and database file), so
-    the start finds its schema at head. A test about a first start itself does not call this."""
+    the start finds its schema at head; a PostgreSQL database whose schema is behind is brought to head here
+    (:func:`migrate`). A test about a first start itself does not call this."""
     path = sqlite_file(config_path)
-    if path is None or path.exists():
+    if path is None:
+        postgresql = postgresql_url(config_path)
+        if postgresql:
+            migrate(postgresql)
+        return
+    if path.exists():
         return
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.copy")
     shutil.copyfile(migrated_template(), partial)
     partial.chmod(0o600)
     partial.rename(path)
+
+
+def postgresql_url(config_path: Path) -> str:
+    """The PostgreSQL URL of the config file at ``config_path``, as the store gets it (psycopg driver); "" for
+    another database or an unreadable file."""
+    from config.settings import normalise_db_url
+
+    try:
+        settings = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    url = settings.get("db_url") if isinstance(settings, dict) else None
+    return normalise_db_url(url, Path(".")) if isinstance(url, str) and url.startswith("postgres") else ""
+
+
+def migrate(url: str) -> None:
+    """Bring the PostgreSQL database at ``url`` to head in this process (store/migrations' own ``upgrade_to_head``,
+    on a synchronous connection; Alembic is imported once per test session), unless it is there already. A database
+    that cannot be reached is left alone: the bot started on it says so itself."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.pool import NullPool
+
+    from store.migrations import upgrade_to_head
+
+    engine = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 5})
+    try:
+        try:
+            connection = engine.connect()
+        except OperationalError:
+            return
+        with connection, connection.begin():
+            upgrade_to_head(connection)
+    finally:
+        engine.dispose()
 
 
 #: every bot started and not stopped yet, so a test that fails before its stop does not leave its process running
@@ -102,8 +143,9 @@ class BotProcess:
     :attr:`config_path` at it and set :attr:`owns_config` false, so a start does not rewrite it.
 
     A bot whose SQLite database does not exist yet starts on a copy of :func:`migrated_template` (already at the
-    schema's head); with ``fresh_database=True`` it starts on no file at all and migrates it itself, as a first
-    start does.
+    schema's head), and one on a PostgreSQL schema behind head on that schema migrated here
+    (:func:`database_from_template`); with ``fresh_database=True`` it starts on no file at all or the schema as it
+    is, and migrates it itself, as a first start does.
     """
 
     def __init__(self, folder: Path, *, fresh_database: bool = False, **settings: Any) -> None:

@@ -82,13 +82,11 @@ def socket_owner(client: tuple[str, int], pids: list[int]) -> int | None:
 
 
 @contextlib.contextmanager
-def fresh_schema(database_url: str, *, migrated: bool = False) -> Iterator[str]:
+def fresh_schema(database_url: str) -> Iterator[str]:
     """An empty schema in the PostgreSQL database ``database_url``; yields a URL that uses it, drops it after.
 
-    ``migrated``: brought to the schema's head first, here, in this process (store/migrations' own
-    ``upgrade_to_head``; Alembic is imported once per test session), so that the bots started on it skip the
-    migration: each of them would otherwise run ``python -m store.migrations`` in a child process (a cluster's
-    processes all do, one after the other behind the advisory lock). Tests about a first start leave it empty."""
+    The first bot started on it brings it to head in the test process (:func:`tests.fakes.bot_process.migrate`),
+    unless the cluster is made with ``fresh_database=True``: then its processes migrate it themselves, at once."""
     import psycopg
 
     from config.settings import normalise_db_url
@@ -99,29 +97,11 @@ def fresh_schema(database_url: str, *, migrated: bool = False) -> Iterator[str]:
     with psycopg.connect(libpq, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     url = normalise_db_url(database_url, Path("."))
-    url = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
     try:
-        if migrated:
-            migrate(url)
-        yield url
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
     finally:
         with psycopg.connect(libpq, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-
-
-def migrate(url: str) -> None:
-    """Bring the PostgreSQL database at ``url`` to head in this process, on a synchronous connection."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-
-    from store.migrations import upgrade_to_head
-
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.begin() as connection:
-            upgrade_to_head(connection)
-    finally:
-        engine.dispose()
 
 
 class Cluster:
@@ -129,7 +109,7 @@ class Cluster:
 
     def __init__(self, folder: Path, api: FakeTelegramAPI, llm: FakeOpenAIServer, db_url: str, *,
                  processes: int = 2, mode: str = "webhook", shared_config: bool | None = None,
-                 **settings: Any) -> None:
+                 fresh_database: bool = False, **settings: Any) -> None:
         self.folder = folder
         self.api = api
         self.llm = llm
@@ -153,7 +133,7 @@ class Cluster:
             **settings}
         self.bots: list[BotProcess] = []
         for i in range(processes):
-            bot = BotProcess(folder / f"bot{i}", **self._settings_for(i))
+            bot = BotProcess(folder / f"bot{i}", fresh_database=fresh_database, **self._settings_for(i))
             bot.folder.mkdir(parents=True, exist_ok=True)
             if shared_config:
                 bot.config_path = self.config_path

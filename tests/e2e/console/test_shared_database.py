@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not TEST_DATABASE_URL, reason="TEST_DATABASE_URL
 
 def test_every_process_shows_the_same_conversation(browser, tmp_path):
     with FakeTelegramAPI(username="console_test_bot") as api, FakeOpenAIServer() as llm, \
-            fresh_schema(TEST_DATABASE_URL, migrated=True) as db_url:
+            fresh_schema(TEST_DATABASE_URL) as db_url:
         cluster = Cluster(tmp_path, api, llm, db_url, processes=2, mode="polling", shared_config=False)
         for bot in cluster.bots:
             bot.settings["web_console_port"] = free_port()
