@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fakes.bot_process import database_from_template
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TELEGRAM_BOT_TOKEN")
 
@@ -19,7 +21,12 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def run_app(config_path: Path, stdin: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_app(config_path: Path, stdin: str, timeout: float = 60, *,
+            from_template: bool = False) -> subprocess.CompletedProcess:
+    """Run app.py on ``stdin`` (the terminal channel); ``from_template``: on a copy of the harness's migrated empty
+    database (tests/fakes/bot_process.py), not a first start that migrates it."""
+    if from_template:
+        database_from_template(config_path)
     return subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(config_path)], input=stdin,
                           capture_output=True, text=True, timeout=timeout, cwd=config_path.parent, env=clean_env())
 
@@ -33,7 +40,7 @@ def write_config(tmp_path: Path, **values) -> Path:
 def test_two_lines_two_replies_with_context(tmp_path, openai_server):
     path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="test-key",
                         data_dir="data")
-    proc = run_app(path, "hello there\nwhat did I say?\n")
+    proc = run_app(path, "hello there\nwhat did I say?\n", from_template=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["echo: hello there", "echo: what did I say?"]
     assert "Traceback" not in proc.stderr
@@ -90,7 +97,7 @@ def test_trimmed_turns_are_summarised_injected_and_saved(tmp_path, openai_server
     path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k",
                         agent_max_context_turns=4, data_dir="data", timezone="UTC")
     lines = "".join(f"message {i}\n" for i in range(1, 9))
-    proc = run_app(path, lines)
+    proc = run_app(path, lines, from_template=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"echo: message {i}" for i in range(1, 9)]
     chats = [r for r in openai_server.requests if r.get("tools")]
@@ -115,7 +122,7 @@ def test_every_message_is_answered_under_a_small_context_limit(tmp_path, openai_
     openai_server.max_prompt_chars = 6_000
     path = write_config(tmp_path, open_ai_api_base=openai_server.base_url, open_ai_api_key="k", data_dir="data")
     lines = "".join(f"long message {i} " + "words " * 300 + "\n" for i in range(12))
-    proc = run_app(path, lines)
+    proc = run_app(path, lines, from_template=True)
     assert proc.returncode == 0, proc.stderr
     replies = proc.stdout.splitlines()
     assert len(replies) == 12

@@ -53,7 +53,8 @@ def test_three_processes_share_the_documents(tmp_path):
     with FakeTelegramAPI(username="kb_bot") as api, FakeOpenAIServer() as llm, \
             fresh_schema(TEST_DATABASE_URL) as db_url:
         llm.responder = model
-        cluster = Cluster(tmp_path, api, llm, db_url, processes=3)
+        # an empty schema, not migrated by the harness: the three processes' first starts migrate it at once
+        cluster = Cluster(tmp_path, api, llm, db_url, processes=3, fresh_database=True)
         group = {"chat_type": "supergroup", "title": "Support"}
         try:
             cluster.start()

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.bot_process import ROOT, clean_env
+from tests.fakes.bot_process import ROOT, clean_env, database_from_template
 from tests.fakes.openai_server import FakeOpenAIServer
 
 
 def run_app(tmp_path: Path, stdin: str, **config) -> subprocess.CompletedProcess:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"data_dir": "data", **config}), encoding="utf-8")
+    database_from_template(path)  # a migrated empty database: these tests are about the model's window
     return subprocess.run([sys.executable, str(ROOT / "app.py"), "--config", str(path)], input=stdin,
                           capture_output=True, text=True, timeout=60, cwd=tmp_path, env=clean_env())
 

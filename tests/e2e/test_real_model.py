@@ -89,7 +89,7 @@ def rejected(exchange) -> bool:
 @pytest.mark.timeout(3600)
 def test_the_default_path_with_a_real_small_model(tmp_path: Path, model: RecordingProxy) -> None:
     with FakeTelegramAPI(username="real_model_bot") as api:
-        bot = BotProcess(tmp_path, channel_type="telegram", telegram_bot_token=api.token,
+        bot = BotProcess(tmp_path, fresh_database=True, channel_type="telegram", telegram_bot_token=api.token,
                          telegram_base_url=api.base_url, telegram_rate_limit=False,
                          open_ai_api_base=model.base_url, model="smollm2", agent_max_context_turns=6,
                          agent_max_output_tokens=96, memory_embedding_model="",

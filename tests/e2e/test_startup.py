@@ -63,12 +63,14 @@ def test_only_sqlite_files_are_locked(tmp_path):
 
 def test_a_second_process_on_one_sqlite_file_refuses_to_start(tmp_path):
     with FakeTelegramAPI() as api, FakeOpenAIServer() as llm:
-        first = BotProcess(tmp_path / "one", **settings(api, llm, data_dir="../data"))
-        second = BotProcess(tmp_path / "two", **settings(api, llm, data_dir="../data"))
+        # a first start on no database at all (no copy of the harness's migrated template): it migrates the file
+        first = BotProcess(tmp_path / "one", fresh_database=True, **settings(api, llm, data_dir="../data"))
+        second = BotProcess(tmp_path / "two", fresh_database=True, **settings(api, llm, data_dir="../data"))
         for bot in (first, second):
             bot.folder.mkdir()
         first.start()
         try:
+            assert "INFO app: Database schema upgraded from empty to " in first.log()
             second.start(wait_for_log=None)
             assert second.proc.wait(30) == 2
             database = tmp_path / "data" / "chatbot.db"

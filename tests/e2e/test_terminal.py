@@ -16,7 +16,7 @@ import pexpect
 from channels.terminal import THINKING, TerminalChannel, start_banner
 from config.settings import Config
 from core.messages import IncomingMessage
-from tests.fakes.bot_process import clean_env
+from tests.fakes.bot_process import clean_env, database_from_template
 from tests.fakes.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +28,7 @@ LEFT, UP = "\x1b[D", "\x1b[A"
 def spawn(tmp_path: Path, base_url: str, **settings) -> pexpect.spawn:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"open_ai_api_base": base_url, "open_ai_api_key": "k", "data_dir": "data", **settings}))
+    database_from_template(path)  # a migrated empty database: these tests are about the terminal
     env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "TERM": "xterm", "HOME": str(tmp_path)}
     return pexpect.spawn(sys.executable, [str(ROOT / "app.py"), "--config", str(path)], cwd=str(tmp_path), env=env,
                          encoding="utf-8", timeout=30, dimensions=(24, 100))

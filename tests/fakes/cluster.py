@@ -83,7 +83,10 @@ def socket_owner(client: tuple[str, int], pids: list[int]) -> int | None:
 
 @contextlib.contextmanager
 def fresh_schema(database_url: str) -> Iterator[str]:
-    """An empty schema in the PostgreSQL database ``database_url``; yields a URL that uses it, drops it after."""
+    """An empty schema in the PostgreSQL database ``database_url``; yields a URL that uses it, drops it after.
+
+    The first bot started on it brings it to head in the test process (:func:`tests.fakes.bot_process.migrate`),
+    unless the cluster is made with ``fresh_database=True``: then its processes migrate it themselves, at once."""
     import psycopg
 
     from config.settings import normalise_db_url
@@ -106,7 +109,7 @@ class Cluster:
 
     def __init__(self, folder: Path, api: FakeTelegramAPI, llm: FakeOpenAIServer, db_url: str, *,
                  processes: int = 2, mode: str = "webhook", shared_config: bool | None = None,
-                 **settings: Any) -> None:
+                 fresh_database: bool = False, **settings: Any) -> None:
         self.folder = folder
         self.api = api
         self.llm = llm
@@ -130,7 +133,7 @@ class Cluster:
             **settings}
         self.bots: list[BotProcess] = []
         for i in range(processes):
-            bot = BotProcess(folder / f"bot{i}", **self._settings_for(i))
+            bot = BotProcess(folder / f"bot{i}", fresh_database=fresh_database, **self._settings_for(i))
             bot.folder.mkdir(parents=True, exist_ok=True)
             if shared_config:
                 bot.config_path = self.config_path
