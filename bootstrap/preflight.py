@@ -189,6 +189,8 @@ class Migration:
             before, head = finish_migration(self.child)
         except (RuntimeError, OSError) as exc:
             raise SetupError(f"the database {self.label} could not be brought up to date: {exc}") from None
+        if before == head:  # another process, starting at the same time, migrated it first (behind the lock)
+            return f"Database schema at {head}: another process brought it up to date"
         return (f"Database schema upgraded from {before or 'empty'} to {head} in a child process "
                 f"({(time.perf_counter() - self.started) * 1000:.0f} ms)")
 

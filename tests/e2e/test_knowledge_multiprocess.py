@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -91,3 +92,7 @@ def test_three_processes_share_the_documents(tmp_path):
         assert codes == [0, 0, 0]
         for bot in cluster.bots:
             assert "Traceback" not in bot.log()
+        # three first starts on one empty schema: one migrates it; one that waited for it says so, not "upgraded"
+        logs = [bot.log() for bot in cluster.bots]
+        assert sum("Database schema upgraded from empty to " in log for log in logs) == 1, logs
+        assert not any(re.search(r"upgraded from (\w+) to \1\b", log) for log in logs), logs
