@@ -121,9 +121,7 @@ async def test_qr_login_saves_png_shows_qr_and_stop_aborts(
 
     core.auto_login = auto_login
     channel = WeChatChannel(cfg, core=core)
-    started = time.monotonic()
-    await channel.start()
-    assert time.monotonic() - started < 0.5
+    await channel.start()  # returns while the login waits for a scan forever (auto_login above never ends)
     assert await asyncio.to_thread(waiting.wait, 2)
     data = Path(cfg.data_dir)
     assert (data / QR_FILE).read_bytes() == b"\x89PNG fake"

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -126,20 +125,15 @@ class TestMigrations:
         try:
             await store.run(insert_grant)
             caplog.set_level(logging.INFO)
-            started = time.perf_counter()
             await store.migrate()
-            elapsed = time.perf_counter() - started
             assert await store.run(upgrade_to_head) == (head_revision(), head_revision())
             assert await store.admins.all() == {"telegram:1"}
         finally:
             await store.close()
-        assert not [r for r in caplog.records if "Running upgrade" in r.getMessage()]
-        assert elapsed < 0.5
+        assert not [r for r in caplog.records if "Running upgrade" in r.getMessage()]  # at head: nothing ran
         # a fresh process start on an existing database: open() including the check
-        started = time.perf_counter()
         store = await open_store(db_url)
         await store.close()
-        assert time.perf_counter() - started < 2.0
 
     async def test_adopts_a_database_created_before_migrations(self, db_url: str) -> None:
         store = await open_store(db_url, create_tables=False)
