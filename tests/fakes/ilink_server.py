@@ -44,11 +44,12 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
 from tests.fakes.ilink_cdn import FakeCdn
+from tests.fakes.loopback_server import LoopbackServer
 
 SESSION_TIMEOUT = {"ret": -14, "errcode": -14, "errmsg": "session timeout"}
 TEXT_LIMIT = 4000
@@ -102,10 +103,14 @@ def decode_cursor(cursor: str) -> int | None:
         return None
 
 
-class FakeILink:
-    """The iLink bot API with one bot; tests drive the phone side (scan, confirm, messages) from any thread."""
+class FakeILink(LoopbackServer):
+    """The iLink bot API with one bot; tests drive the phone side (scan, confirm, messages) from any thread.
+    ``base_url`` is what ``weixin_base_url`` points at."""
+
+    name = "fake iLink server"
 
     def __init__(self, *, hold_s: float = 35.0, qr_hold_s: float = 35.0, bot_id: str = "b0f1e2@im.bot") -> None:
+        super().__init__()
         #: seconds a long poll (getupdates) and a QR status poll are held without news
         self.hold_s, self.qr_hold_s = hold_s, qr_hold_s
         self.bot_id = bot_id
@@ -153,38 +158,10 @@ class FakeILink:
         #: the port each QR status poll came to (the second one is the "other IDC" of scaned_but_redirect)
         self.status_ports: list[int] = []
         self.idc_port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
         self._stopping = False
 
     # --- lifecycle ------------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        """What ``weixin_base_url`` points at."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Self:
-        """Serve on a free loopback port from a background thread."""
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            loop.run_until_complete(self._start_site())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-ilink", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake iLink server did not start")
-        return self
-
-    async def _start_site(self) -> None:
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_get("/ilink/bot/get_bot_qrcode", self._get_qrcode)
         app.router.add_post("/ilink/bot/get_bot_qrcode", self._post_qrcode)
         app.router.add_get("/ilink/bot/get_qrcode_status", self._qrcode_status)
@@ -194,28 +171,14 @@ class FakeILink:
                               ("msg/notifystop", self._notifier("notifystop"))):
             app.router.add_post(f"/ilink/bot/{name}", self._bot_call(name, handler))
         self.cdn.add_routes(app.router)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        idc = web.TCPSite(self._runner, "127.0.0.1", 0)  # the "other IDC" a scaned_but_redirect names
-        await idc.start()
-        self.idc_port = self._runner.addresses[1][1]
+
+    async def _serving(self) -> None:
+        self.idc_port = await self.add_site()  # the "other IDC" a scaned_but_redirect names
 
     def stop(self) -> None:
         """Stop serving; held polls end at once."""
         self._stopping = True
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().stop()
 
     # --- the phone side (tests) -------------------------------------------------------------------
     def wait_for_qr(self, n: int, timeout: float = 15.0) -> QrCodeState:

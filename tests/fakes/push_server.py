@@ -13,18 +13,21 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback_server import LoopbackServer
 
-class PushServer:
-    """The lifecycle, the queue of pushed messages (redelivered until acked) and the waits of a push fake."""
+
+class PushServer(LoopbackServer):
+    """The queue of pushed messages (redelivered until acked) and the waits of a push fake."""
 
     #: the thread's name, and what a failed start names
     name = "push server"
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         #: frames not acked yet, in order: (frame id, payload)
         self.pending: list[tuple[str, Any]] = []
@@ -40,58 +43,15 @@ class PushServer:
         #: frame ids sent on the current connection and not answered yet
         self._in_flight: set[str] = set()
         self._ws: web.WebSocketResponse | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
         self._wake: asyncio.Event | None = None
-        self.port = 0
 
     # --- lifecycle ------------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        """Where the SDK is pointed."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def _routes(self, app: web.Application) -> None:
-        """Add the platform's routes."""
-        raise NotImplementedError
-
-    def start(self) -> Self:
-        """Serve on a free loopback port from a background thread."""
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            loop.run_until_complete(self._start_site())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name=self.name, daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError(f"the {self.name} did not start")
-        return self
-
-    async def _start_site(self) -> None:
+    async def _serving(self) -> None:
         self._wake = asyncio.Event()
-        app = web.Application()
-        self._routes(app)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
 
-    def stop(self) -> None:
-        """Stop serving; the WebSocket is closed."""
-        loop = self._loop
-        if loop is not None and self._thread is not None:
-            asyncio.run_coroutine_threadsafe(self._close_ws(), loop).result(5)
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(10)
-        self._loop = self._thread = None
+    async def _closing(self) -> None:
+        """The WebSocket is closed."""
+        await self._close_ws()
 
     async def _close_ws(self) -> None:
         ws, self._ws = self._ws, None
@@ -103,11 +63,6 @@ class PushServer:
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._close_ws(), self._loop).result(5)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- the queue (tests push from any thread) ---------------------------------------------------
     def _queue(self, message_id: str, frame_id: str, payload: Any) -> None:
