@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from channels.weixin import channel as weixin_channel
-from channels.weixin.channel import WeixinChannel, to_incoming
+from channels.weixin.channel import WeixinChannel
+from channels.weixin.incoming import to_incoming
 from channels.weixin.login import LoginState
 from config.settings import Config
 from core.messages import IncomingMessage

@@ -10,7 +10,6 @@ import secrets
 import pytest
 
 from channels.weixin import channel as weixin_channel
-from channels.weixin.channel import to_incoming
 from channels.weixin.client import (
     CDN_BASE_URL,
     ILinkHTTPError,
@@ -19,6 +18,7 @@ from channels.weixin.client import (
     encrypt_file,
     media_key,
 )
+from channels.weixin.incoming import to_incoming
 from core.messages import IncomingMessage
 from tests.channels.test_weixin import USER, Bot, logged_in, until
 from tests.media.harness import jpeg
